@@ -1,0 +1,191 @@
+#pragma once
+// Linear recurrences over materialised Views, forward and reverse (adjoint):
+//
+//   linear_scan(space, structure, A, b, h [, h0])   h_t = A_t h_{t-1} + b_t,  h_{-1} = h0 (default 0)
+//   linear_scan_reverse(space, structure, A, g, lambda)
+//                                                   lambda_t = A_{t+1}^T lambda_{t+1} + g_t,
+//                                                   lambda_{T-1} = g_{T-1}
+//
+// Shapes (row-major, LayoutRight or LayoutLeft Views of any memory space the space can access):
+//   b, g, h, lambda: [B, T, N];  h0: [B, N]
+//   A: Diagonal [B, T, N];  BlockDiagonal<K> [B, T, N/K, K, K];  Dense [B, T, N, N], N <= 32
+// The reverse scan reads the same A as the forward one: no transposed or reversed copy is made.
+// The accumulation type Acc (first template argument, default: b's value type) is the precision of
+// the state carried between steps and of every composed map.
+//
+// Non-finite values: a NaN or Inf in A_t or b_t makes h_t and the outputs that depend on it
+// non-finite (later steps of the same group, and the same batch element only); outputs before t
+// and other groups or batch elements are unaffected.
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/structure.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <type_traits>
+
+namespace paraseq {
+
+// Stands for "no initial state": h_{-1} = 0.
+struct ZeroInitialState {};
+
+namespace detail {
+
+template <class Structure>
+inline constexpr int a_rank = std::is_same_v<Structure, Diagonal> ? 3 : std::is_same_v<Structure, Dense> ? 4 : 5;
+
+// Element (i, j) of group g's block of A at (batch, t).
+template <class Structure, class AView>
+KOKKOS_INLINE_FUNCTION auto a_entry(const AView& A, int batch, int t, int g, int i, int j) {
+  if constexpr (std::is_same_v<Structure, Diagonal>) return A(batch, t, g);
+  else if constexpr (std::is_same_v<Structure, Dense>) return A(batch, t, i, j);
+  else return A(batch, t, g, i, j);
+}
+
+template <class Acc, class H0View>
+KOKKOS_INLINE_FUNCTION void load_initial(const H0View& h0, int batch, int first_channel, int d, Acc* x) {
+  for (int i = 0; i < d; ++i) {
+    if constexpr (std::is_same_v<H0View, ZeroInitialState>) x[i] = Acc(0);
+    else x[i] = Acc(h0(batch, first_channel + i));
+  }
+}
+
+// Forward recurrence over materialised A and b; step s is time s.
+template <class Structure, class Acc, class AView, class BView, class HView, class H0View>
+struct MaterializedForward {
+  AView A;
+  BView b;
+  HView h;
+  H0View h0;
+  int d;
+
+  KOKKOS_INLINE_FUNCTION void initial(int batch, int g, Acc* x) const { load_initial<Acc>(h0, batch, g * d, d, x); }
+  KOKKOS_INLINE_FUNCTION void linear(int batch, int t, int g, const Acc* x, Acc* y) const {
+    for (int i = 0; i < d; ++i) {
+      Acc sum = 0;
+      for (int j = 0; j < d; ++j) sum += Acc(a_entry<Structure>(A, batch, t, g, i, j)) * x[j];
+      y[i] = sum;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void affine(int batch, int t, int g, const Acc* x, Acc* y) const {
+    linear(batch, t, g, x, y);
+    for (int i = 0; i < d; ++i) y[i] += Acc(b(batch, t, g * d + i));
+  }
+  KOKKOS_INLINE_FUNCTION void store(int batch, int t, int g, const Acc* y) const {
+    for (int i = 0; i < d; ++i) h(batch, t, g * d + i) = typename HView::value_type(y[i]);
+  }
+};
+
+// Reverse (adjoint) recurrence; step s is time t = T-1-s and uses A_{t+1} transposed.
+template <class Structure, class Acc, class AView, class GView, class LView>
+struct MaterializedReverse {
+  AView A;
+  GView g_in;
+  LView lambda;
+  int d;
+  int steps;
+
+  KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {
+    for (int i = 0; i < d; ++i) x[i] = Acc(0);
+  }
+  KOKKOS_INLINE_FUNCTION void linear(int batch, int s, int g, const Acc* x, Acc* y) const {
+    const int next = steps - s; // t + 1
+    for (int i = 0; i < d; ++i) {
+      Acc sum = 0;
+      if (next < steps)
+        for (int j = 0; j < d; ++j) sum += Acc(a_entry<Structure>(A, batch, next, g, j, i)) * x[j];
+      y[i] = sum;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void affine(int batch, int s, int g, const Acc* x, Acc* y) const {
+    linear(batch, s, g, x, y);
+    for (int i = 0; i < d; ++i) y[i] += Acc(g_in(batch, steps - 1 - s, g * d + i));
+  }
+  KOKKOS_INLINE_FUNCTION void store(int batch, int s, int g, const Acc* y) const {
+    for (int i = 0; i < d; ++i) lambda(batch, steps - 1 - s, g * d + i) = typename LView::value_type(y[i]);
+  }
+};
+
+template <class Structure, class ExecSpace, class AView, class BView, class OutView>
+void check_scan_views() {
+  static_assert(Kokkos::is_execution_space_v<ExecSpace>,
+                "paraseq::linear_scan: the first argument must be a Kokkos execution space instance");
+  static_assert(is_structure_v<Structure>,
+                "paraseq::linear_scan: the structure must be paraseq::Diagonal, BlockDiagonal<K> or Dense");
+  static_assert(Kokkos::is_view_v<AView> && Kokkos::is_view_v<BView> && Kokkos::is_view_v<OutView>,
+                "paraseq::linear_scan: A, b and the output must be Kokkos::Views");
+  static_assert(int(AView::rank) == a_rank<Structure>,
+                "paraseq::linear_scan: A must have rank 3 (Diagonal [B,T,N]), 5 (BlockDiagonal [B,T,N/K,K,K]) or 4 (Dense [B,T,N,N])");
+  static_assert(BView::rank == 3 && OutView::rank == 3, "paraseq::linear_scan: b and the output must be [B, T, N]");
+  static_assert(std::is_floating_point_v<typename AView::non_const_value_type> &&
+                    std::is_floating_point_v<typename BView::non_const_value_type>,
+                "paraseq::linear_scan: A and b must hold float or double");
+  static_assert(!std::is_const_v<typename OutView::value_type>, "paraseq::linear_scan: the output View must be writable");
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename AView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<ExecSpace, typename BView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<ExecSpace, typename OutView::memory_space>::accessible,
+                "paraseq::linear_scan: every View must be accessible from the execution space");
+}
+
+// Checks the extents of A, b (named b_name) and the output (out_name); returns the scan shape.
+template <class Structure, class AView, class BView, class OutView>
+ScanShape check_scan_extents(const char* fn, const AView& A, const BView& b, const char* b_name, const OutView& out,
+                             const char* out_name) {
+  const int B = int(b.extent(0)), T = int(b.extent(1)), N = int(b.extent(2));
+  require_extents(fn, out_name, out, {B, T, N}, std::string("the shape of ") + b_name);
+  if constexpr (std::is_same_v<Structure, Dense>) {
+    if (N > max_dense_size)
+      throw_invalid(fn, b_name, shape_of(b), "a state size N <= " + std::to_string(max_dense_size) + " for a Dense A");
+    require_extents(fn, "A", A, {B, T, N, N}, "[B, T, N, N] for a Dense A");
+  } else if constexpr (std::is_same_v<Structure, Diagonal>) {
+    require_extents(fn, "A", A, {B, T, N}, "[B, T, N] for a Diagonal A");
+  } else {
+    constexpr int K = Structure::fixed_group_size;
+    if (N % K != 0)
+      throw_invalid(fn, b_name, shape_of(b), "a state size N divisible by the block size K = " + std::to_string(K));
+    require_extents(fn, "A", A, {B, T, N / K, K, K}, "[B, T, N/K, K, K] for a BlockDiagonal<" + std::to_string(K) + "> A");
+  }
+  return ScanShape{B, T, group_count<Structure>(N), group_size<Structure>(N)};
+}
+
+template <class Acc, class BView>
+using accumulation_t = std::conditional_t<std::is_void_v<Acc>, typename BView::non_const_value_type, Acc>;
+
+} // namespace detail
+
+template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView, class H0View>
+  requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
+void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView& b, const HView& h, const H0View& h0,
+                 const ScanConfig& config = {}) {
+  detail::check_scan_views<Structure, ExecSpace, AView, BView, HView>();
+  using acc_t = detail::accumulation_t<Acc, BView>;
+  const ScanShape shape = detail::check_scan_extents<Structure>("paraseq::linear_scan", A, b, "b", h, "h");
+  if constexpr (!std::is_same_v<H0View, ZeroInitialState>) {
+    static_assert(Kokkos::is_view_v<H0View> && H0View::rank == 2, "paraseq::linear_scan: h0 must be a [B, N] View");
+    static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename H0View::memory_space>::accessible,
+                  "paraseq::linear_scan: h0 must be accessible from the execution space");
+    detail::require_extents("paraseq::linear_scan", "h0", h0, {int(b.extent(0)), int(b.extent(2))}, "[B, N]");
+  }
+  using recurrence = detail::MaterializedForward<Structure, acc_t, AView, BView, HView, H0View>;
+  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, b, h, h0, shape.group_size}, config);
+}
+
+template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView>
+void linear_scan(const ExecSpace& space, Structure structure, const AView& A, const BView& b, const HView& h,
+                 const ScanConfig& config = {}) {
+  linear_scan<Acc>(space, structure, A, b, h, ZeroInitialState{}, config);
+}
+
+template <class Acc = void, class ExecSpace, class Structure, class AView, class GView, class LView>
+void linear_scan_reverse(const ExecSpace& space, Structure, const AView& A, const GView& g, const LView& lambda,
+                         const ScanConfig& config = {}) {
+  detail::check_scan_views<Structure, ExecSpace, AView, GView, LView>();
+  using acc_t = detail::accumulation_t<Acc, GView>;
+  const ScanShape shape =
+      detail::check_scan_extents<Structure>("paraseq::linear_scan_reverse", A, g, "g", lambda, "lambda");
+  using recurrence = detail::MaterializedReverse<Structure, acc_t, AView, GView, LView>;
+  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, g, lambda, shape.group_size, shape.steps}, config);
+}
+
+} // namespace paraseq

@@ -1,0 +1,95 @@
+#pragma once
+// Shared test machinery: the list of enabled execution spaces every kernel test is instantiated for,
+// and helpers to make random device Views and compare them with host references.
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+
+namespace paraseq::test {
+
+namespace detail {
+template <class Tuple>
+struct to_gtest_types;
+template <class... Spaces>
+struct to_gtest_types<std::tuple<Spaces...>> {
+  using type = ::testing::Types<Spaces...>;
+};
+} // namespace detail
+
+// Every execution space this Kokkos was built with.
+using ExecutionSpaces = typename detail::to_gtest_types<decltype(std::tuple_cat(
+#ifdef KOKKOS_ENABLE_CUDA
+    std::declval<std::tuple<Kokkos::Cuda>>(),
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+    std::declval<std::tuple<Kokkos::OpenMP>>(),
+#endif
+#ifdef KOKKOS_ENABLE_SERIAL
+    std::declval<std::tuple<Kokkos::Serial>>(),
+#endif
+    std::declval<std::tuple<>>()))>::type;
+
+// Names typed tests after the space: ctest then lists "LinearScan/OpenMP.Accuracy".
+struct SpaceName {
+  template <class Space>
+  static std::string GetName(int) {
+    return Space::name();
+  }
+};
+
+template <class T, class Space>
+using View1 = Kokkos::View<T*, Kokkos::LayoutRight, typename Space::memory_space>;
+template <class T, class Space>
+using View2 = Kokkos::View<T**, Kokkos::LayoutRight, typename Space::memory_space>;
+template <class T, class Space>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, typename Space::memory_space>;
+template <class T, class Space>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space>;
+template <class T, class Space>
+using View5 = Kokkos::View<T*****, Kokkos::LayoutRight, typename Space::memory_space>;
+
+// Fills a View with uniform values in [lo, hi) drawn on the host from a fixed seed.
+template <class View>
+void fill_uniform(const View& view, double lo, double hi, unsigned seed) {
+  auto host = Kokkos::create_mirror_view(view);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  auto* data = host.data();
+  for (std::size_t i = 0; i < host.span(); ++i) data[i] = typename View::non_const_value_type(dist(rng));
+  Kokkos::deep_copy(view, host);
+}
+
+template <class View>
+auto to_host(const View& view) {
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
+}
+
+// max |x - ref| / max |ref| over all elements (ref is a host View of the same shape).
+template <class View, class RefView>
+double max_relative_error(const View& x, const RefView& ref) {
+  auto host = to_host(x);
+  double max_error = 0, max_ref = 0;
+  for (std::size_t i = 0; i < host.span(); ++i) {
+    const double r = double(ref.data()[i]);
+    max_error = std::fmax(max_error, std::fabs(double(host.data()[i]) - r));
+    if (!std::isfinite(double(host.data()[i]))) max_error = INFINITY;
+    max_ref = std::fmax(max_ref, std::fabs(r));
+  }
+  return max_error / (max_ref > 0 ? max_ref : 1.0);
+}
+
+template <class ViewA, class ViewB>
+bool bitwise_equal(const ViewA& a, const ViewB& b) {
+  auto ha = to_host(a);
+  auto hb = to_host(b);
+  return ha.span() == hb.span() &&
+         std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(typename ViewA::non_const_value_type)) == 0;
+}
+
+} // namespace paraseq::test

@@ -58,22 +58,24 @@ struct MaterializedForward {
   BView b;
   HView h;
   H0View h0;
-  int d;
+  int n; // channels
 
-  KOKKOS_INLINE_FUNCTION void initial(int batch, int g, Acc* x) const { load_initial<Acc>(h0, batch, g * d, d, x); }
+  KOKKOS_INLINE_FUNCTION constexpr int dim() const { return group_size<Structure>(n); }
+
+  KOKKOS_INLINE_FUNCTION void initial(int batch, int g, Acc* x) const { load_initial<Acc>(h0, batch, g * dim(), dim(), x); }
   KOKKOS_INLINE_FUNCTION void linear(int batch, int t, int g, const Acc* x, Acc* y) const {
-    for (int i = 0; i < d; ++i) {
+    for (int i = 0; i < dim(); ++i) {
       Acc sum = 0;
-      for (int j = 0; j < d; ++j) sum += Acc(a_entry<Structure>(A, batch, t, g, i, j)) * x[j];
+      for (int j = 0; j < dim(); ++j) sum += Acc(a_entry<Structure>(A, batch, t, g, i, j)) * x[j];
       y[i] = sum;
     }
   }
   KOKKOS_INLINE_FUNCTION void affine(int batch, int t, int g, const Acc* x, Acc* y) const {
     linear(batch, t, g, x, y);
-    for (int i = 0; i < d; ++i) y[i] += Acc(b(batch, t, g * d + i));
+    for (int i = 0; i < dim(); ++i) y[i] += Acc(b(batch, t, g * dim() + i));
   }
   KOKKOS_INLINE_FUNCTION void store(int batch, int t, int g, const Acc* y) const {
-    for (int i = 0; i < d; ++i) h(batch, t, g * d + i) = typename HView::value_type(y[i]);
+    for (int i = 0; i < dim(); ++i) h(batch, t, g * dim() + i) = typename HView::value_type(y[i]);
   }
 };
 
@@ -83,27 +85,29 @@ struct MaterializedReverse {
   AView A;
   GView g_in;
   LView lambda;
-  int d;
+  int n; // channels
   int steps;
 
+  KOKKOS_INLINE_FUNCTION constexpr int dim() const { return group_size<Structure>(n); }
+
   KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {
-    for (int i = 0; i < d; ++i) x[i] = Acc(0);
+    for (int i = 0; i < dim(); ++i) x[i] = Acc(0);
   }
   KOKKOS_INLINE_FUNCTION void linear(int batch, int s, int g, const Acc* x, Acc* y) const {
     const int next = steps - s; // t + 1
-    for (int i = 0; i < d; ++i) {
+    for (int i = 0; i < dim(); ++i) {
       Acc sum = 0;
       if (next < steps)
-        for (int j = 0; j < d; ++j) sum += Acc(a_entry<Structure>(A, batch, next, g, j, i)) * x[j];
+        for (int j = 0; j < dim(); ++j) sum += Acc(a_entry<Structure>(A, batch, next, g, j, i)) * x[j];
       y[i] = sum;
     }
   }
   KOKKOS_INLINE_FUNCTION void affine(int batch, int s, int g, const Acc* x, Acc* y) const {
     linear(batch, s, g, x, y);
-    for (int i = 0; i < d; ++i) y[i] += Acc(g_in(batch, steps - 1 - s, g * d + i));
+    for (int i = 0; i < dim(); ++i) y[i] += Acc(g_in(batch, steps - 1 - s, g * dim() + i));
   }
   KOKKOS_INLINE_FUNCTION void store(int batch, int s, int g, const Acc* y) const {
-    for (int i = 0; i < d; ++i) lambda(batch, steps - 1 - s, g * d + i) = typename LView::value_type(y[i]);
+    for (int i = 0; i < dim(); ++i) lambda(batch, steps - 1 - s, g * dim() + i) = typename LView::value_type(y[i]);
   }
 };
 
@@ -168,7 +172,7 @@ void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView&
     detail::require_extents("paraseq::linear_scan", "h0", h0, {int(b.extent(0)), int(b.extent(2))}, "[B, N]");
   }
   using recurrence = detail::MaterializedForward<Structure, acc_t, AView, BView, HView, H0View>;
-  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, b, h, h0, shape.group_size}, config);
+  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, b, h, h0, int(b.extent(2))}, config);
 }
 
 template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView>
@@ -185,7 +189,7 @@ void linear_scan_reverse(const ExecSpace& space, Structure, const AView& A, cons
   const ScanShape shape =
       detail::check_scan_extents<Structure>("paraseq::linear_scan_reverse", A, g, "g", lambda, "lambda");
   using recurrence = detail::MaterializedReverse<Structure, acc_t, AView, GView, LView>;
-  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, g, lambda, shape.group_size, shape.steps}, config);
+  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, g, lambda, int(g.extent(2)), shape.steps}, config);
 }
 
 } // namespace paraseq

@@ -125,41 +125,62 @@ inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 } // namespace detail
 
-// Chooses the decomposition. Host spaces get one thread per team (lanes loop inside it); device
-// spaces get a warp of lanes and up to 16 sub-chunks per team, limited by team scratch.
+// Lanes one thread handles: on a GPU one group per hardware thread (the vector lanes of a warp take
+// adjacent groups); on a CPU a thread sweeps a row of adjacent groups per time step, so it reads
+// contiguous memory and the compiler can vectorise across groups.
+template <class Structure, class ExecSpace>
+inline constexpr int lanes_per_thread =
+    Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible && Structure::fixed_group_size > 0 ? 32 : 1;
+
+// Chooses the decomposition from a cost model. Composing a step into a map costs about d + 1 times
+// a plain step (d columns and the offset go through L_s), so splitting time only pays where the
+// extra work is spread over otherwise idle threads. Host spaces run one thread per team; device
+// spaces a warp of lanes and up to 16 sub-chunks per team, limited by team scratch.
 template <class Structure, class Acc, class ExecSpace>
 ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanConfig& config = {}) {
   static_assert(is_structure_v<Structure>, "paraseq::plan_scan: Structure must be Diagonal, BlockDiagonal<K> or Dense");
   constexpr int D = Structure::max_group_size;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   constexpr bool grouped = Structure::fixed_group_size > 0;
-  const long concurrency = std::max<long>(1, space.concurrency());
+  const double concurrency = std::max(1, space.concurrency());
+  const double compose_cost = shape.group_size + 1;
 
   ScanPlan plan;
   plan.lanes = grouped ? 32 : 1;
-  plan.vector_length = (on_host || !grouped) ? 1 : 32;
-  const long lanes_total = long(shape.batch) * detail::ceil_div(shape.groups, plan.lanes) * plan.lanes;
+  plan.vector_length = plan.lanes / lanes_per_thread<Structure, ExecSpace>;
   const long teams = long(shape.batch) * detail::ceil_div(shape.groups, plan.lanes);
+  const double threads_per_team = plan.vector_length; // before sub-chunks
 
   if (config.team_chunks > 0) plan.team_chunks = config.team_chunks;
   else if (on_host) plan.team_chunks = 1;
   else {
     const std::size_t map_bytes = sizeof(Acc) * detail::map_size<D> * plan.lanes;
-    const int by_scratch = int(std::max<std::size_t>(1, (32 * 1024) / map_bytes));
-    int by_fill = detail::round_up_pow2(detail::ceil_div(concurrency, std::max<long>(1, lanes_total)));
-    plan.team_chunks = std::max(1, std::min({16, by_scratch, by_fill}));
+    const long by_scratch = long(std::max<std::size_t>(1, (32 * 1024) / map_bytes));
+    const long by_fill = detail::round_up_pow2(long(concurrency / std::max(1.0, teams * threads_per_team)));
+    plan.team_chunks = int(std::max(1L, std::min({16L, by_scratch, by_fill})));
     while (plan.team_chunks & (plan.team_chunks - 1)) --plan.team_chunks; // a power of two
   }
   plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : (on_host ? 256 : 32);
 
-  const long window = long(plan.team_chunks) * plan.chunk_length;
+  // Predicted time of G time chunks, in plain steps per thread: summaries of G-1 chunks, then all G.
+  const double steps = std::max(1, shape.steps);
+  const double team_threads = threads_per_team * plan.team_chunks;
+  auto predicted = [&](long G) {
+    const double busy_summary = std::min(concurrency, teams * (G - 1) * team_threads);
+    const double busy_apply = std::min(concurrency, teams * G * team_threads);
+    const double total_threads = teams * team_threads;
+    const double summary = G > 1 ? total_threads * steps * (G - 1) / G * compose_cost / busy_summary : 0;
+    return summary + total_threads * steps / busy_apply;
+  };
   if (config.time_chunks > 0) plan.time_chunks = config.time_chunks;
   else {
-    const long threads = teams * (on_host ? 1 : plan.team_chunks * plan.lanes);
-    const long wanted = threads >= concurrency ? 1 : detail::ceil_div(2 * concurrency, std::max<long>(1, threads));
-    // A chunk shorter than a few windows costs more in summaries than it gains in parallelism.
-    const long min_chunk = std::max<long>(on_host ? 4096 : 4 * window, 1);
-    plan.time_chunks = int(std::max<long>(1, std::min(wanted, shape.steps / min_chunk)));
+    // A chunk shorter than a few windows costs more in launches and summaries than it gains.
+    const long min_chunk = on_host ? 4096 : 4L * plan.team_chunks * plan.chunk_length;
+    const long max_chunks = std::max(1L, long(steps) / min_chunk);
+    long best = 1;
+    for (long G = 2; G <= max_chunks && G <= 4096; G *= 2)
+      if (predicted(G) < 0.8 * predicted(best)) best = G;
+    plan.time_chunks = int(best);
   }
   plan.time_chunks = int(std::clamp<long>(plan.time_chunks, 1, std::max(1, shape.steps)));
   plan.chunk_steps = int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
@@ -207,8 +228,8 @@ public:
     launch<ApplyTag>(space, "paraseq::scan_apply", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
   }
 
-  // Phase 1 (G > 1): thread p composes an equal slice of the chunk, then one thread per lane folds
-  // the P maps in order and writes the chunk's map.
+  // Phase 1 (G > 1): thread p composes an equal slice of the chunk, then the maps are folded in
+  // order into the chunk's map.
   KOKKOS_FUNCTION void operator()(SummarizeTag, const member_type<SummarizeTag>& team) const {
     const int chunks = plan_.time_chunks - 1;
     const int chunk = team.league_rank() % chunks;
@@ -216,27 +237,24 @@ public:
     const int batch = team.league_rank() / chunks / tiles_;
     const int begin = chunk * plan_.chunk_steps, end = begin + plan_.chunk_steps;
     const int P = plan_.team_chunks, slice = int(ceil_div(plan_.chunk_steps, P));
-    scratch_view maps(team.team_scratch(plan_.scratch_level), std::size_t(P) * plan_.lanes * MapSize);
+    scratch_view scratch(team.team_scratch(plan_.scratch_level), std::size_t(P) * plan_.lanes * MapSize);
+    Acc* const maps = scratch.data(); // [P][lanes][MapSize]
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](int p) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, plan_.lanes), [&](int lane) {
-        const int group = tile * plan_.lanes + lane;
-        if (group >= shape_.groups) return;
-        Acc* map = maps.data() + (std::size_t(p) * plan_.lanes + lane) * MapSize;
-        map_identity<Acc, D>(d_, map);
+      for_lane_rows(team, tile, [&](int first_lane, int count) {
+        for (int l = 0; l < count; ++l) map_identity<Acc, D>(dim(), map_at(maps, p, first_lane + l));
         for (int s = begin + p * slice; s < Kokkos::min(end, begin + (p + 1) * slice); ++s)
-          map_push_step<Acc, D>(rec_, batch, s, group, d_, map);
+          for (int l = 0; l < count; ++l)
+            map_push_step<Acc, D>(rec_, batch, s, group_of(tile, first_lane + l), dim(), map_at(maps, p, first_lane + l));
       });
     });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, plan_.lanes), [&](int lane) {
-      const int group = tile * plan_.lanes + lane;
+      const int group = group_of(tile, lane);
       if (group >= shape_.groups) return;
       Acc* out = chunk_maps_.data() + chunk_map_offset(batch, chunk, group);
-      const Acc* first = maps.data() + std::size_t(lane) * MapSize;
-      for (int i = 0; i < MapSize; ++i) out[i] = first[i];
-      for (int p = 1; p < P; ++p)
-        map_prepend<Acc, D>(d_, maps.data() + (std::size_t(p) * plan_.lanes + lane) * MapSize, out);
+      for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
+      for (int p = 1; p < P; ++p) map_prepend<Acc, D>(dim(), map_at(maps, p, lane), out);
     });
   }
 
@@ -247,10 +265,10 @@ public:
     rec_.initial(batch, group, x);
     for (int chunk = 0;; ++chunk) {
       Acc* carry = carries_.data() + carry_offset(batch, chunk, group);
-      for (int i = 0; i < d_; ++i) carry[i] = x[i];
+      for (int i = 0; i < dim(); ++i) carry[i] = x[i];
       if (chunk + 1 == plan_.time_chunks) break;
-      map_apply<Acc, D>(d_, chunk_maps_.data() + chunk_map_offset(batch, chunk, group), x, y);
-      for (int i = 0; i < d_; ++i) x[i] = y[i];
+      map_apply<Acc, D>(dim(), chunk_maps_.data() + chunk_map_offset(batch, chunk, group), x, y);
+      for (int i = 0; i < dim(); ++i) x[i] = y[i];
     }
   }
 
@@ -263,16 +281,16 @@ public:
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
     const int P = plan_.team_chunks, L = plan_.chunk_length, lanes = plan_.lanes;
     scratch_view scratch(team.team_scratch(plan_.scratch_level), apply_scratch_count());
-    Acc* const maps = scratch.data();                                    // [P][lanes][MapSize]
-    Acc* const carries = maps + std::size_t(P) * lanes * MapSize;        // [2][lanes][D]
+    Acc* const maps = scratch.data();                             // [P][lanes][MapSize]
+    Acc* const carries = maps + std::size_t(P) * lanes * MapSize; // [2][lanes][D]
 
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, lanes), [&](int lane) {
-      const int group = tile * lanes + lane;
+      const int group = group_of(tile, lane);
       if (group >= shape_.groups) return;
       Acc* carry = carries + std::size_t(lane) * D;
       if (G == 1) rec_.initial(batch, group, carry);
       else
-        for (int i = 0; i < d_; ++i) carry[i] = carries_(carry_offset(batch, chunk, group) + i);
+        for (int i = 0; i < dim(); ++i) carry[i] = carries_(carry_offset(batch, chunk, group) + i);
     });
     team.team_barrier();
 
@@ -282,37 +300,38 @@ public:
       const int active = int(ceil_div(window_end - window, L));
       // The last active sub-chunk's map is never needed: no carry is derived from it.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, active - 1), [&](int p) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](int lane) {
-          const int group = tile * lanes + lane;
-          if (group >= shape_.groups) return;
-          Acc* map = maps + (std::size_t(p) * lanes + lane) * MapSize;
-          map_identity<Acc, D>(d_, map);
+        for_lane_rows(team, tile, [&](int first_lane, int count) {
+          for (int l = 0; l < count; ++l) map_identity<Acc, D>(dim(), map_at(maps, p, first_lane + l));
           for (int s = window + p * L; s < window + (p + 1) * L; ++s)
-            map_push_step<Acc, D>(rec_, batch, s, group, d_, map);
+            for (int l = 0; l < count; ++l)
+              map_push_step<Acc, D>(rec_, batch, s, group_of(tile, first_lane + l), dim(), map_at(maps, p, first_lane + l));
         });
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, active), [&](int p) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](int lane) {
-          const int group = tile * lanes + lane;
-          if (group >= shape_.groups) return;
-          Acc x[D], y[D];
-          const Acc* carry_in = carries + (std::size_t(current) * lanes + lane) * D;
-          for (int i = 0; i < d_; ++i) x[i] = carry_in[i];
-          for (int q = 0; q < p; ++q) {
-            map_apply<Acc, D>(d_, maps + (std::size_t(q) * lanes + lane) * MapSize, x, y);
-            for (int i = 0; i < d_; ++i) x[i] = y[i];
+        for_lane_rows(team, tile, [&](int first_lane, int count) {
+          Acc x[LanesPerThread * D], y[D];
+          for (int l = 0; l < count; ++l) {
+            const Acc* carry_in = carries + (std::size_t(current) * lanes + first_lane + l) * D;
+            for (int i = 0; i < dim(); ++i) x[l * D + i] = carry_in[i];
+            for (int q = 0; q < p; ++q) {
+              map_apply<Acc, D>(dim(), map_at(maps, q, first_lane + l), x + l * D, y);
+              for (int i = 0; i < dim(); ++i) x[l * D + i] = y[i];
+            }
           }
           const int sub_end = Kokkos::min(window_end, window + (p + 1) * L);
-          for (int s = window + p * L; s < sub_end; ++s) {
-            rec_.affine(batch, s, group, x, y);
-            rec_.store(batch, s, group, y);
-            for (int i = 0; i < d_; ++i) x[i] = y[i];
-          }
-          if (p == active - 1) {
-            Acc* carry_out = carries + (std::size_t(1 - current) * lanes + lane) * D;
-            for (int i = 0; i < d_; ++i) carry_out[i] = x[i];
-          }
+          for (int s = window + p * L; s < sub_end; ++s)
+            for (int l = 0; l < count; ++l) {
+              const int group = group_of(tile, first_lane + l);
+              rec_.affine(batch, s, group, x + l * D, y);
+              rec_.store(batch, s, group, y);
+              for (int i = 0; i < dim(); ++i) x[l * D + i] = y[i];
+            }
+          if (p == active - 1)
+            for (int l = 0; l < count; ++l) {
+              Acc* carry_out = carries + (std::size_t(1 - current) * lanes + first_lane + l) * D;
+              for (int i = 0; i < dim(); ++i) carry_out[i] = x[l * D + i];
+            }
         });
       });
       team.team_barrier();
@@ -321,6 +340,29 @@ public:
   }
 
 private:
+  static constexpr int LanesPerThread = lanes_per_thread<Structure, ExecSpace>;
+
+  // The group size, a compile-time constant except for Dense.
+  KOKKOS_FUNCTION constexpr int dim() const {
+    if constexpr (Structure::fixed_group_size > 0) return Structure::fixed_group_size;
+    else return d_;
+  }
+
+  KOKKOS_FUNCTION int group_of(int tile, int lane) const { return tile * plan_.lanes + lane; }
+  KOKKOS_FUNCTION Acc* map_at(Acc* maps, int p, int lane) const {
+    return maps + (std::size_t(p) * plan_.lanes + lane) * MapSize;
+  }
+  // Runs body(first_lane, count) once per row of LanesPerThread adjacent lanes of the tile, one row
+  // per vector lane; count excludes lanes past the last group.
+  template <class Member, class Body>
+  KOKKOS_FUNCTION void for_lane_rows(const Member& team, int tile, const Body& body) const {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, plan_.lanes / LanesPerThread), [&](int row) {
+      const int first_lane = row * LanesPerThread;
+      const int count = Kokkos::min(LanesPerThread, shape_.groups - group_of(tile, first_lane));
+      if (count > 0) body(first_lane, count);
+    });
+  }
+
   KOKKOS_FUNCTION std::size_t chunk_map_offset(int batch, int chunk, int group) const {
     return ((std::size_t(batch) * (plan_.time_chunks - 1) + chunk) * shape_.groups + group) * MapSize;
   }

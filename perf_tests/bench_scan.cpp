@@ -1,0 +1,89 @@
+// Linear-recurrence scan throughput. Arguments: log2(B*N), log2(T), and the decomposition
+// (0 = automatic plan, 1 = forced sequential-in-time loop), so one run gives both sides of the
+// chunked/sequential choice for each (B*N, T). Compulsory traffic: read A and b, write h.
+
+#include <paraseq/core/linear_scan.hpp>
+
+#include "bench_support.hpp"
+
+namespace {
+
+using paraseq::bench::Space;
+using Array3 = Kokkos::View<float***, Kokkos::LayoutRight, Space::memory_space>;
+
+paraseq::ScanConfig decomposition(std::int64_t mode) {
+  return mode == 1 ? paraseq::sequential_scan_config : paraseq::ScanConfig{};
+}
+
+void fill(const auto& view, float lo, float hi) {
+  Kokkos::Random_XorShift64_Pool<Space> pool(12345);
+  Kokkos::fill_random(view, pool, lo, hi);
+}
+
+// Diagonal A: [1, T, B*N] (the scan does not distinguish batch from channel for a diagonal A).
+template <bool Reverse>
+void scan_diagonal(benchmark::State& state) {
+  const int channels = 1 << state.range(0), steps = 1 << state.range(1);
+  Array3 A("A", 1, steps, channels), b("b", 1, steps, channels), h("h", 1, steps, channels);
+  fill(A, 0.9f, 1.0f);
+  fill(b, -1.0f, 1.0f);
+  const double elements = double(channels) * steps;
+  paraseq::bench::time_fenced(state, 12.0 * elements, 2.0 * elements, [&](const Space& space) {
+    if constexpr (Reverse) paraseq::linear_scan_reverse(space, paraseq::Diagonal{}, A, b, h, decomposition(state.range(2)));
+    else paraseq::linear_scan(space, paraseq::Diagonal{}, A, b, h, decomposition(state.range(2)));
+  });
+}
+
+void scan_block2(benchmark::State& state) {
+  const int channels = 1 << state.range(0), steps = 1 << state.range(1);
+  Kokkos::View<float*****, Kokkos::LayoutRight, Space::memory_space> A("A", 1, steps, channels / 2, 2, 2);
+  Array3 b("b", 1, steps, channels), h("h", 1, steps, channels);
+  fill(A, -0.5f, 0.5f);
+  fill(b, -1.0f, 1.0f);
+  const double elements = double(channels) * steps;
+  paraseq::bench::time_fenced(state, (2 + 1 + 1) * 4.0 * elements, 4.0 * elements, [&](const Space& space) {
+    paraseq::linear_scan(space, paraseq::BlockDiagonal<2>{}, A, b, h, decomposition(state.range(2)));
+  });
+}
+
+// Dense A: [B, T, 16, 16]; range(0) is log2(B).
+void scan_dense16(benchmark::State& state) {
+  constexpr int N = 16;
+  const int batch = 1 << state.range(0), steps = 1 << state.range(1);
+  Kokkos::View<float****, Kokkos::LayoutRight, Space::memory_space> A("A", batch, steps, N, N);
+  Array3 b("b", batch, steps, N), h("h", batch, steps, N);
+  fill(A, -0.05f, 0.05f);
+  fill(b, -1.0f, 1.0f);
+  const double steps_total = double(batch) * steps;
+  paraseq::bench::time_fenced(state, 4.0 * steps_total * (N * N + 2 * N), 2.0 * steps_total * N * N,
+                              [&](const Space& space) {
+                                paraseq::linear_scan(space, paraseq::Dense{}, A, b, h, decomposition(state.range(2)));
+                              });
+}
+
+// (log2 B*N, log2 T) pairs: 2^22 elements for the quick suite, 2^26 for the full one.
+void diagonal_grid(benchmark::internal::Benchmark* bench) {
+  for (auto [bn, t] : {std::pair{0, 22}, {6, 16}, {10, 12}, {14, 8}, {0, 26}, {8, 18}, {12, 14}, {14, 12}, {16, 10}, {20, 6}})
+    for (int mode : {0, 1}) bench->Args({bn, t, mode});
+  bench->ArgNames({"log2BN", "log2T", "sequential"});
+}
+
+PARASEQ_BENCHMARK(scan_diagonal<false>)->Name("scan_diagonal_forward")->Apply(diagonal_grid);
+PARASEQ_BENCHMARK(scan_diagonal<true>)
+    ->Name("scan_diagonal_reverse")
+    ->Args({10, 12, 0})
+    ->Args({14, 12, 0})
+    ->ArgNames({"log2BN", "log2T", "sequential"});
+PARASEQ_BENCHMARK(scan_block2)
+    ->Args({10, 12, 0})
+    ->Args({10, 12, 1})
+    ->Args({14, 12, 0})
+    ->ArgNames({"log2BN", "log2T", "sequential"});
+PARASEQ_BENCHMARK(scan_dense16)
+    ->Args({0, 16, 0})
+    ->Args({0, 16, 1})
+    ->Args({6, 12, 0})
+    ->Args({10, 12, 0})
+    ->ArgNames({"log2B", "log2T", "sequential"});
+
+} // namespace

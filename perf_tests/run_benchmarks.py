@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Runs the paraseq performance suite and writes one JSON report.
+
+The report names the machine and the versions, and gives for every benchmark its shape, median
+time, compulsory bytes and flops, the achieved GB/s and GFLOP/s, and the percentage of the copy
+and FMA ceilings measured in the same run (bench_ceilings.cpp).
+
+Regression check (--baseline FILE): each benchmark's time is divided by the copy kernel's time of
+the same run, so a machine that is uniformly slower or busier does not look like a regression;
+a normalised time more than --threshold (default 15%) above the baseline's is flagged.
+
+    run_benchmarks.py --build-dir build/main [--quick] [--out report.json] [--baseline base.json]
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+# The quick suite: the ceilings and every benchmark at 2^22 elements or fewer; under 2 minutes on 2 cores.
+QUICK_FILTER = r"ceiling_|log2BN:(0/log2T:22|6/log2T:16|10/log2T:12|14/log2T:8)/|log2B:0/log2T:16|log2B:6/log2T:12"
+COPY_CEILING = "ceiling_copy"
+FMA_CEILING = "ceiling_fma"
+
+
+def machine_description():
+    info = {"platform": platform.platform(), "processor": platform.processor()}
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            models = re.findall(r"^model name\s*:\s*(.*)$", cpuinfo.read(), re.M)
+        if models:
+            info["cpu"] = models[0]
+            info["cpu_threads"] = len(models)
+    except OSError:
+        pass
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if gpu.returncode == 0:
+            info["gpu"] = gpu.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def build_versions(build_dir):
+    versions = {}
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as cache:
+            text = cache.read()
+        for key in ("CMAKE_CXX_COMPILER", "CMAKE_CUDA_COMPILER", "Kokkos_DIR"):
+            match = re.search(rf"^{key}:\w+=(.*)$", text, re.M)
+            if match:
+                versions[key] = match.group(1)
+        compiler = versions.get("CMAKE_CXX_COMPILER")
+        if compiler:
+            versions["compiler"] = subprocess.run([compiler, "--version"], capture_output=True,
+                                                  text=True).stdout.splitlines()[0]
+    except OSError:
+        pass
+    try:
+        import torch  # noqa: PLC0415 - optional
+
+        versions["torch"] = torch.__version__
+    except ImportError:
+        versions["torch"] = None
+    return versions
+
+
+def run_suite(executable, benchmark_filter, repetitions, min_time):
+    command = [executable, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+               "--benchmark_report_aggregates_only=true", f"--benchmark_min_time={min_time}s"]
+    if benchmark_filter:
+        command.append(f"--benchmark_filter={benchmark_filter}")
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        raise SystemExit(f"run_benchmarks: {executable} failed with exit code {result.returncode}")
+    return json.loads(result.stdout)
+
+
+def summarize(raw):
+    medians = [b for b in raw["benchmarks"] if b.get("aggregate_name") == "median"]
+    if not medians:  # one repetition gives no aggregates
+        medians = [b for b in raw["benchmarks"] if b.get("run_type") == "iteration"]
+    results = []
+    for bench in medians:
+        name = bench["run_name"]
+        seconds = bench["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[bench["time_unit"]]
+        shape = dict(re.findall(r"(\w+):(-?\d+)", name))
+        results.append({
+            "name": name,
+            "shape": {k: int(v) for k, v in shape.items()},
+            "seconds": seconds,
+            "bytes": bench.get("bytes", 0.0),
+            "flops": bench.get("flops", 0.0),
+            "GBps": bench.get("bytes", 0.0) / seconds * 1e-9,
+            "GFLOPps": bench.get("flops", 0.0) / seconds * 1e-9,
+        })
+    by_name = {r["name"].split("/")[0]: r for r in results}
+    copy = by_name.get(COPY_CEILING)
+    fma = by_name.get(FMA_CEILING)
+    for r in results:
+        r["pct_copy_bandwidth"] = 100.0 * r["GBps"] / copy["GBps"] if copy and r["bytes"] else None
+        r["pct_fma_peak"] = 100.0 * r["GFLOPps"] / fma["GFLOPps"] if fma and r["flops"] else None
+        r["time_over_copy_time"] = r["seconds"] / copy["seconds"] if copy else None
+    return results
+
+
+def compare(results, baseline, threshold):
+    """Rows of (name, baseline normalised time, this run's, ratio, flagged)."""
+    base = {r["name"]: r for r in baseline["results"]}
+    rows = []
+    for r in results:
+        old = base.get(r["name"])
+        if not old or not r["time_over_copy_time"] or not old.get("time_over_copy_time"):
+            continue
+        if r["name"].startswith("ceiling_"):
+            continue
+        ratio = r["time_over_copy_time"] / old["time_over_copy_time"]
+        rows.append((r["name"], old["time_over_copy_time"], r["time_over_copy_time"], ratio, ratio > 1 + threshold))
+    return rows
+
+
+def print_table(results):
+    print(f"{'benchmark':58} {'time':>11} {'GB/s':>9} {'%copy':>6} {'GFLOP/s':>9}")
+    for r in results:
+        pct = f"{r['pct_copy_bandwidth']:.0f}" if r["pct_copy_bandwidth"] is not None else "-"
+        print(f"{r['name'][:58]:58} {r['seconds'] * 1e3:9.3f}ms {r['GBps']:9.2f} {pct:>6} {r['GFLOPps']:9.2f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default="build/main")
+    parser.add_argument("--quick", action="store_true", help="the small suite CI runs (report only)")
+    parser.add_argument("--filter", default=None, help="a Google Benchmark filter regex (overrides --quick's)")
+    parser.add_argument("--out", default=None, help="where to write the JSON report")
+    parser.add_argument("--baseline", default=None, help="a report to compare with")
+    parser.add_argument("--threshold", type=float, default=0.15)
+    parser.add_argument("--fail-on-regression", action="store_true")
+    parser.add_argument("--repetitions", type=int, default=None)
+    args = parser.parse_args()
+
+    executable = os.path.join(args.build_dir, "perf_tests", "paraseq_benchmarks")
+    benchmark_filter = args.filter or (QUICK_FILTER if args.quick else None)
+    repetitions = args.repetitions or (5 if args.quick else 10)
+    raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
+    report = {
+        "machine": machine_description(),
+        "versions": build_versions(args.build_dir),
+        "context": raw.get("context", {}),
+        "suite": "quick" if args.quick and not args.filter else "full",
+        "results": summarize(raw),
+    }
+    print_table(report["results"])
+    if args.out:
+        with open(args.out, "w") as out:
+            json.dump(report, out, indent=1)
+        print(f"report written to {args.out}")
+    regressions = 0
+    if args.baseline:
+        with open(args.baseline) as base_file:
+            rows = compare(report["results"], json.load(base_file), args.threshold)
+        print(f"\nagainst {args.baseline} (time / copy-kernel time of the same run; flagged above +{args.threshold:.0%}):")
+        for name, old, new, ratio, flagged in rows:
+            print(f"  {name[:58]:58} {old:9.3f} {new:9.3f} {ratio:6.2f}x {'SLOWER' if flagged else ''}")
+        regressions = sum(1 for row in rows if row[4])
+        print(f"{regressions} regression(s) of {len(rows)} compared")
+    if regressions and args.fail_on_regression:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The quick performance check that `tools/dev test` runs: the small suite, compared with the committed
+# baseline. Shared 2-core CI machines are noisy, so a flagged slowdown is reported, never a failure;
+# only a benchmark that cannot run fails this step.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$repo/build/main" --quick \
+  --out "$repo/build/main/perf-quick.json" --baseline "$repo/perf_tests/baselines/cpu-quick.json"

@@ -26,7 +26,7 @@ TYPED_TEST_SUITE(LinearScan, ExecutionSpaces, SpaceName);
 template <class Space>
 std::vector<ScanConfig> decompositions() {
   const int team = std::min(4, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
-                                   [](const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
+                                   KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
   std::vector<ScanConfig> configs{ScanConfig{}, sequential_scan_config, ScanConfig{1, 5, 7}, ScanConfig{1, 3, 2}};
   for (int p = 2; p <= team; p *= 2) {
     configs.push_back(ScanConfig{p, 3, 1});

@@ -121,7 +121,7 @@ inline int round_up_pow2(long n) {
   return p;
 }
 
-inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+KOKKOS_INLINE_FUNCTION constexpr long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 } // namespace detail
 
@@ -358,7 +358,8 @@ private:
   KOKKOS_FUNCTION void for_lane_rows(const Member& team, int tile, const Body& body) const {
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, plan_.lanes / LanesPerThread), [&](int row) {
       const int first_lane = row * LanesPerThread;
-      const int count = Kokkos::min(LanesPerThread, shape_.groups - group_of(tile, first_lane));
+      const int remaining = shape_.groups - group_of(tile, first_lane);
+      const int count = remaining < LanesPerThread ? remaining : LanesPerThread;
       if (count > 0) body(first_lane, count);
     });
   }

@@ -1,0 +1,619 @@
+#pragma once
+// Batched Runge–Kutta loops: N independent trajectories of a vector field (field.hpp), with fixed
+// or adaptive steps, and reverse-mode gradients through the discrete steps.
+//
+//   auto report = ode::solve(space, ode::RK4{}, ode::problem(field, y0, params, shared),
+//                            ode::FixedSteps::count(t0, dt, steps), ode::final_state(y1), options);
+//   ode::solve_with_gradient(space, method, problem, steps, outputs, cotangents, gradients, options);
+//
+// Shapes: y0 [N, n]; params [N, P]; shared [Q]; final state [N, n]; observations [N, n_obs, n];
+// cotangents as the outputs; gradients as y0, params and shared. Views may have any layout and
+// must be accessible from the execution space; they all hold the same float or double type T.
+//
+// Loops: one thread per trajectory runs the whole time loop in one kernel (LoopMode::fused, the
+// default) or one step per launch (LoopMode::stepped), so that an observer can run on the host
+// between steps; both give the same bits. Neither unrolls the time loop: its length costs run time,
+// never compile time. Zero steps (or t_end = t0) return y0 (and observations at t0).
+//
+// Adaptive steps (Heun, BogackiShampine3, DormandPrince5, Tsit5): each trajectory has its own step
+// size and a Status. A trajectory that fails (max_steps, step_too_small, non_finite) stops; its
+// final state and unreached observations are NaN, and by default solve() then throws.
+//
+// Gradients (the discrete adjoint, with respect to y0, own and shared parameters) go backwards
+// through the steps actually taken: the fixed mesh, or the accepted adaptive mesh held fixed (the
+// step-size controller is not differentiated). States are checkpointed every k steps and the steps
+// in between recomputed: see gradient_workspace_bytes() for the memory. Adaptive gradients run the
+// forward loop twice (once to count steps, once to checkpoint) before the backward pass.
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/loops/field.hpp>
+#include <paraseq/loops/integrate_kernels.hpp>
+#include <paraseq/loops/options.hpp>
+#include <paraseq/loops/tableaus.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace paraseq::ode {
+
+// What an observer sees after each launch of LoopMode::stepped: the states [N, n], times [N] and
+// statuses [N] (-1 while running, then a Status) of all trajectories, as device Views to read.
+template <class StateView, class TimeView, class StatusView>
+struct StepState {
+  int launch;
+  StateView y;
+  TimeView t;
+  StatusView status;
+};
+
+// Stands for "no observer".
+struct NoObserver {};
+
+// Device bytes that solve_with_gradient allocates per trajectory for state size n, `steps` steps
+// (adaptive: the most accepted steps of any trajectory), checkpoint interval k (0: the default
+// ceil(sqrt(steps))) and Q shared parameters (Q = 0 when their gradient is not asked for):
+//   carry         (2n + 3) sizeof(T) + 5 sizeof(int)
+//   checkpoints   (floor(steps / k) + 1) (n sizeof(T) [+ 3 sizeof(T) + sizeof(int) adaptive])
+//   segment       k (n [+ 3 adaptive]) sizeof(T)
+//   backward      n sizeof(T) + 3 sizeof(int)
+//   shared rows   Q sizeof(T)
+// Batches whose total exceeds SolveOptions::max_gradient_workspace_bytes run in chunks. With the
+// default k the checkpoints and the segment together hold about 2 sqrt(steps) states.
+template <class T>
+std::size_t gradient_workspace_bytes(bool adaptive, int n, long steps, int interval, int shared_parameters) {
+  const long k = interval > 0 ? interval : std::max<long>(1, long(std::ceil(std::sqrt(double(steps)))));
+  return detail::CarryViews<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(n) +
+         detail::Checkpoints<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(adaptive, steps / k + 1, k, n) +
+         n * sizeof(T) + 3 * sizeof(int) + std::size_t(shared_parameters) * sizeof(T);
+}
+
+namespace detail {
+
+template <class V>
+using value_t = typename V::non_const_value_type;
+
+// A View argument of the given rank holding T (or NoView), writable if asked, reachable from Space.
+template <class Space, class T, int Rank, bool Writable, class V>
+constexpr bool view_fits() {
+  if constexpr (!is_given_v<V>) return true;
+  else if constexpr (!Kokkos::is_view_v<V>) return false;
+  else
+    return int(V::rank) == Rank && std::is_same_v<value_t<V>, T> &&
+           (!Writable || !std::is_const_v<typename V::value_type>) &&
+           Kokkos::SpaceAccessibility<Space, typename V::memory_space>::accessible;
+}
+
+template <class T, class V>
+Strided1<T> strided1(const V& v) {
+  if constexpr (is_given_v<V>) return {v.data(), long(v.stride(0))};
+  else return {};
+}
+template <class T, class V>
+Strided2<T> strided2(const V& v) {
+  if constexpr (is_given_v<V>) return {v.data(), long(v.stride(0)), long(v.stride(1))};
+  else return {};
+}
+template <class T, class V>
+Strided3<T> strided3(const V& v) {
+  if constexpr (is_given_v<V>) return {v.data(), long(v.stride(0)), long(v.stride(1)), long(v.stride(2))};
+  else return {};
+}
+
+template <class V>
+void require_extents_if_given(const std::string& fn, const std::string& name, const V& v,
+                              std::initializer_list<long> extents, const std::string& meaning) {
+  if constexpr (is_given_v<V>) require_extents(fn, name, v, extents, meaning);
+}
+
+inline void require(bool ok, const std::string& fn, const std::string& argument, const std::string& given,
+                    const std::string& expected) {
+  if (!ok) throw_invalid(fn, argument, given, expected);
+}
+
+inline std::string value_text(double x) { return "value " + std::to_string(x); }
+
+// Throws if a View (rank 1 to 3) holds a NaN or Inf, naming the first row that does.
+template <class Space, class V>
+void require_finite(const std::string& fn, const std::string& name, const Space& space, const V& v) {
+  if constexpr (is_given_v<V>) {
+    const long columns = V::rank > 1 ? long(v.extent(1)) : 1, depth = V::rank > 2 ? long(v.extent(2)) : 1;
+    long first = LONG_MAX;
+    Kokkos::parallel_reduce(
+        "paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, long(v.extent(0))),
+        KOKKOS_LAMBDA(long i, long& lowest) {
+          bool finite = true;
+          for (long j = 0; j < columns; ++j)
+            for (long k = 0; k < depth; ++k) {
+              if constexpr (V::rank == 1) finite = finite && Kokkos::isfinite(v(i));
+              else if constexpr (V::rank == 2) finite = finite && Kokkos::isfinite(v(i, j));
+              else finite = finite && Kokkos::isfinite(v(i, j, k));
+            }
+          if (!finite && i < lowest) lowest = i;
+        },
+        Kokkos::Min<long>(first));
+    if (first != LONG_MAX) throw_invalid(fn, name, "a NaN or Inf in row " + std::to_string(first), "finite values");
+  }
+}
+
+template <class Field>
+void check_field(const std::string& fn, const Field& field, int n) {
+  require(n >= 1 && n <= max_state_size, fn, "field", "state size n = " + std::to_string(n),
+          "1 <= n <= " + std::to_string(max_state_size));
+  if constexpr (HasValidate<Field>) field.validate(fn);
+}
+
+// Observation times: nondecreasing, finite, within [t0, t_end].
+inline void check_observation_times(const std::string& fn, const std::vector<double>& times, double t0, double t_end) {
+  for (std::size_t j = 0; j < times.size(); ++j) {
+    const std::string which = "observation_times[" + std::to_string(j) + "]";
+    require(std::isfinite(times[j]) && times[j] >= t0 && times[j] <= t_end, fn, which, value_text(times[j]),
+            "a time within [t0, t_end] = [" + std::to_string(t0) + ", " + std::to_string(t_end) + "]");
+    require(j == 0 || times[j] >= times[j - 1], fn, which, value_text(times[j]),
+            "nondecreasing times (the previous is " + (j ? std::to_string(times[j - 1]) : std::string()) + ")");
+  }
+}
+
+template <class T, class Space>
+Kokkos::View<T*, typename Space::memory_space> to_device(const Space& space, const std::vector<T>& values,
+                                                         const std::string& label) {
+  Kokkos::View<T*, typename Space::memory_space> device(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label),
+                                                         values.size());
+  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> host(values.data(), values.size());
+  Kokkos::deep_copy(space, device, host);
+  space.fence(); // `values` is a temporary of the caller
+  return device;
+}
+
+// The mesh of fixed steps: the grid with the observation times inside its steps inserted.
+template <class T, class Space>
+FixedMesh<T, typename Space::memory_space> build_mesh(const std::string& fn, const Space& space,
+                                                       const FixedSteps& steps) {
+  std::vector<double> grid = steps.grid;
+  if (grid.empty()) {
+    require(steps.steps >= 0, fn, "steps", "steps = " + std::to_string(steps.steps), "steps >= 0");
+    require(std::isfinite(steps.t0), fn, "steps", "t0 " + value_text(steps.t0), "a finite t0");
+    if (steps.steps > 0) {
+      require(steps.dt > 0 && std::isfinite(steps.dt), fn, "steps", "dt " + value_text(steps.dt), "a finite dt > 0");
+      const double last_start = steps.t0 + (steps.steps - 1) * steps.dt;
+      require(std::isfinite(steps.t_end) && steps.t_end > last_start, fn, "steps", "t_end " + value_text(steps.t_end),
+              "t_end > t0 + (steps - 1) dt = " + std::to_string(last_start));
+    }
+    grid.resize(std::size_t(steps.steps) + 1);
+    for (int k = 0; k < steps.steps; ++k) grid[k] = steps.t0 + k * steps.dt;
+    grid[steps.steps] = steps.steps > 0 ? steps.t_end : steps.t0;
+  } else {
+    for (std::size_t k = 0; k < grid.size(); ++k)
+      require(std::isfinite(grid[k]) && (k == 0 || grid[k] > grid[k - 1]), fn, "steps",
+              "grid[" + std::to_string(k) + "] " + value_text(grid[k]), "finite, strictly increasing grid times");
+  }
+  const std::vector<double>& observations = steps.observation_times;
+  check_observation_times(fn, observations, grid.front(), grid.back());
+
+  std::vector<double> points;
+  std::vector<int> first_observation;
+  std::size_t j = 0;
+  for (std::size_t k = 0; k < grid.size(); ++k) {
+    for (; j < observations.size() && observations[j] < grid[k]; ++j) // inside the step before grid[k]
+      if (observations[j] > points.back()) {
+        points.push_back(observations[j]);
+        first_observation.push_back(int(j));
+      }
+    points.push_back(grid[k]);
+    first_observation.push_back(int(j));
+    for (; j < observations.size() && observations[j] == grid[k]; ++j) {}
+  }
+  // first_observation[m] counts the observations before point m; those at m follow up to m + 1.
+  first_observation.push_back(int(observations.size()));
+  const int count = int(points.size()) - 1;
+  std::vector<T> t(count), h(count), t_next(count);
+  for (int m = 0; m < count; ++m) {
+    t[m] = T(points[m]);
+    t_next[m] = T(points[m + 1]);
+    h[m] = t_next[m] - t[m]; // in T, so that t + h is t_next wherever the difference is exact
+  }
+  FixedMesh<T, typename Space::memory_space> mesh;
+  mesh.t = to_device(space, t, "paraseq::ode::mesh_t");
+  mesh.h = to_device(space, h, "paraseq::ode::mesh_h");
+  mesh.t_next = to_device(space, t_next, "paraseq::ode::mesh_t_next");
+  mesh.first_observation = to_device(space, first_observation, "paraseq::ode::mesh_observations");
+  mesh.steps = count;
+  mesh.t0 = T(points.front());
+  return mesh;
+}
+
+template <class Method, class T, class Space>
+AdaptiveControl<T, typename Space::memory_space> build_control(const std::string& fn, const Space& space,
+                                                               const AdaptiveSteps& steps, int n) {
+  require(std::isfinite(steps.t0), fn, "steps", "t0 " + value_text(steps.t0), "a finite t0");
+  require(std::isfinite(steps.t_end) && steps.t_end >= steps.t0, fn, "steps", "t_end " + value_text(steps.t_end),
+          "a finite t_end >= t0 = " + std::to_string(steps.t0));
+  auto per_component = [&](const std::vector<double>& given, double scalar, const char* name) {
+    require(given.empty() || int(given.size()) == n, fn, std::string("steps.") + name + "_per_component",
+            "length " + std::to_string(given.size()), "length n = " + std::to_string(n) + " (or empty)");
+    std::vector<T> values(n);
+    for (int k = 0; k < n; ++k) {
+      const double v = given.empty() ? scalar : given[k];
+      require(std::isfinite(v) && v >= 0, fn, std::string("steps.") + name, value_text(v), "a finite value >= 0");
+      values[k] = T(v);
+    }
+    return values;
+  };
+  const std::vector<T> rtol = per_component(steps.rtol_per_component, steps.rtol, "rtol");
+  const std::vector<T> atol = per_component(steps.atol_per_component, steps.atol, "atol");
+  for (int k = 0; k < n; ++k)
+    require(rtol[k] > 0 || atol[k] > 0, fn, "steps", "rtol = atol = 0 for component " + std::to_string(k),
+            "rtol > 0 or atol > 0 for every component");
+  require(std::isfinite(steps.first_step) && steps.first_step >= 0, fn, "steps.first_step", value_text(steps.first_step),
+          "a finite value >= 0 (0: chosen automatically)");
+  require(std::isfinite(steps.min_step) && steps.min_step >= 0, fn, "steps.min_step", value_text(steps.min_step),
+          "a finite value >= 0");
+  require(steps.max_steps >= 1, fn, "steps.max_steps", "max_steps = " + std::to_string(steps.max_steps), "max_steps >= 1");
+  const StepController& pi = steps.controller;
+  require(pi.safety > 0 && pi.safety <= 1, fn, "steps.controller.safety", value_text(pi.safety), "0 < safety <= 1");
+  require(pi.min_factor > 0 && pi.min_factor <= 1 && pi.max_factor >= 1 && std::isfinite(pi.max_factor), fn,
+          "steps.controller", "min_factor " + std::to_string(pi.min_factor) + ", max_factor " + std::to_string(pi.max_factor),
+          "0 < min_factor <= 1 <= max_factor");
+  require(pi.beta1 >= 0 && pi.beta2 >= 0, fn, "steps.controller",
+          "beta1 " + std::to_string(pi.beta1) + ", beta2 " + std::to_string(pi.beta2), "beta1 >= 0 and beta2 >= 0");
+  check_observation_times(fn, steps.observation_times, steps.t0, steps.t_end);
+
+  const double k = Method::embedded_order + 1;
+  AdaptiveControl<T, typename Space::memory_space> control;
+  control.t0 = T(steps.t0), control.t_end = T(steps.t_end);
+  control.first_step = T(steps.first_step), control.min_step = T(steps.min_step);
+  control.max_steps = steps.max_steps;
+  control.safety = T(pi.safety), control.min_factor = T(pi.min_factor), control.max_factor = T(pi.max_factor);
+  control.beta1 = T(pi.beta1 / k), control.beta2 = T(pi.beta2 / k);
+  control.reject_exponent = T(1 / k), control.first_step_exponent = T(1 / k);
+  control.rtol = to_device(space, rtol, "paraseq::ode::rtol");
+  control.atol = to_device(space, atol, "paraseq::ode::atol");
+  std::vector<T> times(steps.observation_times.begin(), steps.observation_times.end());
+  control.observation_times = to_device(space, times, "paraseq::ode::observation_times");
+  return control;
+}
+
+// Runs f(std::integral_constant<int, Capacity>): n itself when known at compile time, else the
+// smallest of 8, 32 and 64 that holds it.
+template <class Field, class F>
+void with_capacity(int n, const F& f) {
+  if constexpr (Field::state_size != runtime_size) f(std::integral_constant<int, Field::state_size>{});
+  else if (n <= 8) f(std::integral_constant<int, 8>{});
+  else if (n <= 32) f(std::integral_constant<int, 32>{});
+  else f(std::integral_constant<int, max_state_size>{});
+}
+
+// Adaptive trajectories take different step counts, so host threads take them dynamically.
+template <bool Adaptive, class Space, class... Tag>
+auto trajectory_policy(const Space& space, int begin, int end) {
+  using Schedule = Kokkos::Schedule<std::conditional_t<Adaptive, Kokkos::Dynamic, Kokkos::Static>>;
+  return Kokkos::RangePolicy<Space, Schedule, Tag...>(space, begin, end);
+}
+
+template <class Space, class StatusView>
+long count_running(const Space& space, const StatusView& status) {
+  long running = 0;
+  Kokkos::parallel_reduce(
+      "paraseq::ode::count_running", Kokkos::RangePolicy<Space>(space, 0, status.extent(0)),
+      KOKKOS_LAMBDA(int i, long& sum) { sum += status(i) == status_running; }, running);
+  return running;
+}
+
+// Init, then the loop: one launch (fused) or one per step, calling the observer after each.
+template <class Kernel, class Space, class Observer>
+void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode mode, int fixed_steps,
+                 const Observer& observer) {
+  constexpr bool adaptive = decltype(kernel.stepping)::adaptive;
+  Kokkos::parallel_for("paraseq::ode::init", trajectory_policy<false, Space, typename Kernel::InitTag>(space, begin, end),
+                       kernel);
+  if (mode == LoopMode::fused) {
+    kernel.iterations = INT_MAX;
+    Kokkos::parallel_for("paraseq::ode::fused", trajectory_policy<adaptive>(space, begin, end), kernel);
+    return;
+  }
+  kernel.iterations = 1;
+  for (int launch = 0; adaptive ? count_running(space, kernel.carry.status) > 0 : launch < fixed_steps; ++launch) {
+    Kokkos::parallel_for("paraseq::ode::step", trajectory_policy<adaptive>(space, begin, end), kernel);
+    if constexpr (!std::is_same_v<Observer, NoObserver>) {
+      space.fence();
+      observer(StepState<decltype(kernel.carry.y), decltype(kernel.carry.t), decltype(kernel.carry.status)>{
+          launch, kernel.carry.y, kernel.carry.t, kernel.carry.status});
+    }
+  }
+}
+
+// Fills the report's totals from its per-trajectory Views and throws if asked to.
+template <class Space, class Mem>
+void summarize(const std::string& fn, const Space& space, Report<Mem>& report, bool throw_on_failure) {
+  const long N = long(report.status.extent(0));
+  auto status = report.status;
+  auto accepted = report.accepted;
+  long failed = 0, first = LONG_MAX;
+  int most = 0;
+  Kokkos::parallel_reduce(
+      "paraseq::ode::summarize", Kokkos::RangePolicy<Space>(space, 0, N),
+      KOKKOS_LAMBDA(long i, long& failures, long& lowest, int& highest) {
+        const bool bad = status(i) != int(Status::success);
+        failures += bad;
+        if (bad && i < lowest) lowest = i;
+        if (accepted(i) > highest) highest = accepted(i);
+      },
+      Kokkos::Sum<long>(failed), Kokkos::Min<long>(first), Kokkos::Max<int>(most));
+  report.failed = failed;
+  report.max_accepted = most;
+  if (failed == 0) return;
+  report.first_failed = first;
+  int first_status = 0;
+  Kokkos::deep_copy(space, first_status, Kokkos::subview(status, first));
+  space.fence();
+  report.first_failed_status = Status(first_status);
+  if (throw_on_failure)
+    throw std::runtime_error(fn + ": " + std::to_string(failed) + " of " + std::to_string(N) +
+                             " trajectories failed; the first, trajectory " + std::to_string(first) +
+                             ", stopped with status " + status_name(report.first_failed_status));
+}
+
+// Checks what solve() and solve_with_gradient() share; returns n.
+template <class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final, class Observed>
+int check_problem(const std::string& fn, const Space& space, const Problem<Field, Y0, Params, Shared>& problem,
+                  const Steps& steps, const Outputs<Final, Observed>& outputs, const SolveOptions& options) {
+  const Field& field = problem.field;
+  const int n = field_size(field);
+  check_field(fn, field, n);
+  const long N = long(problem.y0.extent(0));
+  require_extents(fn, "y0", problem.y0, {N, n}, "[N, n] with n the field's state size");
+  if constexpr (is_given_v<Params>) {
+    if constexpr (HasParameterCount<Field>)
+      require_extents(fn, "params", problem.params, {N, field.parameter_count()},
+                      "[N, P] with P the field's parameter_count()");
+    else require_extents(fn, "params", problem.params, {N, long(problem.params.extent(1))}, "[N, P]: a row per trajectory");
+  } else if constexpr (HasParameterCount<Field>) {
+    require(field.parameter_count() == 0, fn, "params", "no View",
+            "a [N, " + std::to_string(field.parameter_count()) + "] View of the field's own parameters");
+  }
+  if constexpr (is_given_v<Shared>) {
+    if constexpr (HasSharedParameterCount<Field>)
+      require_extents(fn, "shared", problem.shared, {field.shared_parameter_count()}, "[Q] with Q the field's shared_parameter_count()");
+  } else if constexpr (HasSharedParameterCount<Field>) {
+    require(field.shared_parameter_count() == 0, fn, "shared", "no View",
+            "a [" + std::to_string(field.shared_parameter_count()) + "] View of the field's shared parameters");
+  }
+  const long observations = long(steps.observation_times.size());
+  require_extents_if_given(fn, "outputs.final_state", outputs.final_state, {N, n}, "[N, n], the shape of y0");
+  require_extents_if_given(fn, "outputs.observed", outputs.observed, {N, observations, n},
+                           "[N, n_obs, n] with n_obs the number of observation times");
+  if (options.max_observation_elements > 0 && is_given_v<Observed>) {
+    const double elements = double(N) * double(observations) * n;
+    require(elements <= double(options.max_observation_elements), fn, "outputs.observed",
+            std::to_string(long(elements)) + " elements (N * n_obs * n)",
+            "at most options.max_observation_elements = " + std::to_string(options.max_observation_elements));
+  }
+  require(options.checkpoint_interval >= 0, fn, "options.checkpoint_interval",
+          "value " + std::to_string(options.checkpoint_interval), "a value >= 0 (0: ceil(sqrt(steps)))");
+  require_finite(fn, "y0", space, problem.y0);
+  require_finite(fn, "params", space, problem.params);
+  require_finite(fn, "shared", space, problem.shared);
+  return n;
+}
+
+template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps>
+constexpr void check_types() {
+  using T = value_t<Y0>;
+  static_assert(Kokkos::is_execution_space_v<Space>, "paraseq::ode: the first argument must be a Kokkos execution space instance");
+  static_assert(is_method_v<Method>, "paraseq::ode: the method must be Euler, Heun, RK4, BogackiShampine3, DormandPrince5 or Tsit5");
+  static_assert(std::is_same_v<Steps, FixedSteps> || std::is_same_v<Steps, AdaptiveSteps>,
+                "paraseq::ode: the time stepping must be FixedSteps or AdaptiveSteps");
+  static_assert(!std::is_same_v<Steps, AdaptiveSteps> || is_adaptive_method_v<Method>,
+                "paraseq::ode: adaptive steps need a method with an embedded error estimate (Heun, BogackiShampine3, "
+                "DormandPrince5, Tsit5); Euler and RK4 take FixedSteps");
+  static_assert(std::is_copy_constructible_v<Field>, "paraseq::ode: the field must be a copyable functor");
+  static_assert(Field::state_size == runtime_size || (Field::state_size >= 1 && Field::state_size <= max_state_size),
+                "paraseq::ode: Field::state_size must be runtime_size or within 1..max_state_size (64)");
+  static_assert(std::is_floating_point_v<T>, "paraseq::ode: y0 must hold float or double");
+  static_assert(view_fits<Space, T, 2, false, Y0>() && is_given_v<Y0>,
+                "paraseq::ode: y0 must be a rank-2 View [N, n] accessible from the execution space");
+  static_assert(view_fits<Space, T, 2, false, Params>(),
+                "paraseq::ode: params must be a rank-2 View [N, P] of y0's value type, accessible from the execution space");
+  static_assert(view_fits<Space, T, 1, false, Shared>(),
+                "paraseq::ode: shared must be a rank-1 View [Q] of y0's value type, accessible from the execution space");
+}
+
+} // namespace detail
+
+// Integrates every trajectory of `problem` with `method` over `steps`, writing `outputs`.
+template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final,
+          class Observed, class Observer = NoObserver>
+Report<typename Space::memory_space> solve(const Space& space, Method, const Problem<Field, Y0, Params, Shared>& problem,
+                                           const Steps& steps, const Outputs<Final, Observed>& outputs,
+                                           const SolveOptions& options = {}, const Observer& observer = {}) {
+  using namespace detail;
+  using T = value_t<Y0>;
+  using Mem = typename Space::memory_space;
+  check_types<Method, Space, Field, Y0, Params, Shared, Steps>();
+  static_assert(view_fits<Space, T, 2, true, Final>(),
+                "paraseq::ode::solve: outputs.final_state must be a writable rank-2 View [N, n] of y0's value type");
+  static_assert(view_fits<Space, T, 3, true, Observed>(),
+                "paraseq::ode::solve: outputs.observed must be a writable rank-3 View [N, n_obs, n] of y0's value type");
+  const std::string fn = "paraseq::ode::solve";
+  const int n = check_problem(fn, space, problem, steps, outputs, options);
+  if constexpr (!std::is_same_v<Observer, NoObserver>)
+    require(options.mode == LoopMode::stepped, fn, "observer", "an observer with LoopMode::fused",
+            "LoopMode::stepped: observers run between the launches of single steps");
+  const int N = int(problem.y0.extent(0));
+
+  ForwardData<T> data{strided2<const T>(problem.y0), strided2<const T>(problem.params),
+                      strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
+                      strided3<T>(outputs.observed), int(steps.observation_times.size())};
+  const auto stepping = [&] {
+    if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, space, steps);
+    else return build_control<Method, T>(fn, space, steps, n);
+  }();
+  int fixed_steps = 0;
+  if constexpr (std::is_same_v<Steps, FixedSteps>) fixed_steps = stepping.steps;
+
+  CarryViews<T, Space> carry(space, N, n);
+  with_capacity<Field>(n, [&](auto capacity) {
+    using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, std::decay_t<decltype(stepping)>, false>;
+    run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, 0}, 0, N, options.mode, fixed_steps,
+                observer);
+  });
+  Report<Mem> report{carry.status, carry.step, carry.rejected};
+  summarize(fn, space, report, options.on_failure == OnFailure::throw_exception);
+  return report;
+}
+
+// solve(), then the gradients of a loss L through the discrete steps: given the cotangents
+// dL/d(outputs) (same shapes as the outputs; either may be NoView), writes dL/dy0, dL/dparams and
+// dL/dshared (each optional). Any failed trajectory makes it throw.
+template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final,
+          class Observed, class FinalBar, class ObservedBar, class Y0Bar, class ParamsBar, class SharedBar>
+Report<typename Space::memory_space>
+solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params, Shared>& problem,
+                    const Steps& steps, const Outputs<Final, Observed>& outputs,
+                    const Outputs<FinalBar, ObservedBar>& cotangents,
+                    const Gradients<Y0Bar, ParamsBar, SharedBar>& gradients, const SolveOptions& options = {}) {
+  using namespace detail;
+  using T = value_t<Y0>;
+  using Mem = typename Space::memory_space;
+  constexpr bool adaptive = std::is_same_v<Steps, AdaptiveSteps>;
+  check_types<Method, Space, Field, Y0, Params, Shared, Steps>();
+  static_assert(view_fits<Space, T, 2, true, Final>() && view_fits<Space, T, 3, true, Observed>(),
+                "paraseq::ode::solve_with_gradient: outputs must be writable Views [N, n] and [N, n_obs, n] of y0's value type");
+  static_assert(view_fits<Space, T, 2, false, FinalBar>() && view_fits<Space, T, 3, false, ObservedBar>(),
+                "paraseq::ode::solve_with_gradient: cotangents must be Views [N, n] and [N, n_obs, n] of y0's value type");
+  static_assert(view_fits<Space, T, 2, true, Y0Bar>() && view_fits<Space, T, 2, true, ParamsBar>() &&
+                    view_fits<Space, T, 1, true, SharedBar>(),
+                "paraseq::ode::solve_with_gradient: gradients must be writable Views [N, n], [N, P] and [Q] of y0's value type");
+  static_assert(!is_given_v<ParamsBar> || is_given_v<Params>,
+                "paraseq::ode::solve_with_gradient: a params gradient needs params in the problem");
+  static_assert(!is_given_v<SharedBar> || is_given_v<Shared>,
+                "paraseq::ode::solve_with_gradient: a shared gradient needs shared parameters in the problem");
+  static_assert(!is_given_v<SharedBar> || FieldWithVjp<Field, T>,
+                "paraseq::ode::solve_with_gradient: gradients with respect to shared parameters need the field's vjp()");
+  static_assert(!is_given_v<ParamsBar> || FieldWithVjp<Field, T> || HasMaxParameterCount<Field>,
+                "paraseq::ode::solve_with_gradient: a field without vjp() must declare max_parameter_count to be "
+                "differentiated with respect to its own parameters");
+  constexpr bool own_gradients = is_given_v<ParamsBar>;
+
+  const std::string fn = "paraseq::ode::solve_with_gradient";
+  const int n = check_problem(fn, space, problem, steps, outputs, options);
+  const long N = long(problem.y0.extent(0)), observations = long(steps.observation_times.size());
+  require_extents_if_given(fn, "cotangents.final_state", cotangents.final_state, {N, n}, "[N, n], the shape of y0");
+  require_extents_if_given(fn, "cotangents.observed", cotangents.observed, {N, observations, n},
+                           "[N, n_obs, n] with n_obs the number of observation times");
+  require_extents_if_given(fn, "gradients.y0", gradients.y0, {N, n}, "[N, n], the shape of y0");
+  int P = 0, Q = 0;
+  if constexpr (is_given_v<Params>) P = int(problem.params.extent(1));
+  if constexpr (is_given_v<Shared>) Q = int(problem.shared.extent(0));
+  require_extents_if_given(fn, "gradients.params", gradients.params, {N, P}, "[N, P], the shape of params");
+  require_extents_if_given(fn, "gradients.shared", gradients.shared, {Q}, "[Q], the shape of shared");
+  require_finite(fn, "cotangents.final_state", space, cotangents.final_state);
+  require_finite(fn, "cotangents.observed", space, cotangents.observed);
+  const int shared_rows = is_given_v<SharedBar> ? Q : 0;
+
+  ForwardData<T> data{strided2<const T>(problem.y0), strided2<const T>(problem.params),
+                      strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
+                      strided3<T>(outputs.observed), int(observations)};
+  const auto stepping = [&] {
+    if constexpr (adaptive) return build_control<Method, T>(fn, space, steps, n);
+    else return build_mesh<T>(fn, space, steps);
+  }();
+  using Stepping = std::decay_t<decltype(stepping)>;
+
+  Report<Mem> report{Kokkos::View<int*, Mem>("paraseq::ode::status", N), Kokkos::View<int*, Mem>("paraseq::ode::accepted", N),
+                     Kokkos::View<int*, Mem>("paraseq::ode::rejected", N)};
+  Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
+
+  with_capacity<Field>(n, [&](auto capacity) {
+    constexpr int C = decltype(capacity)::value;
+    int most_steps = 0;
+    if constexpr (adaptive) { // a first pass finds the longest mesh, which sizes the checkpoints
+      CarryViews<T, Space> carry(space, int(N), n);
+      using Kernel = Forward<Method, Field, T, C, Space, Stepping, false>;
+      run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, 0}, 0, int(N), options.mode, 0,
+                  NoObserver{});
+      Report<Mem> pass{carry.status, carry.step, carry.rejected};
+      summarize(fn, space, pass, true);
+      Kokkos::deep_copy(space, report.status, carry.status);
+      Kokkos::deep_copy(space, report.accepted, carry.step);
+      Kokkos::deep_copy(space, report.rejected, carry.rejected);
+      most_steps = pass.max_accepted;
+    } else {
+      most_steps = stepping.steps;
+    }
+    const int interval = options.checkpoint_interval > 0
+                             ? options.checkpoint_interval
+                             : std::max(1, int(std::ceil(std::sqrt(double(most_steps)))));
+    const std::size_t per_trajectory = gradient_workspace_bytes<T>(adaptive, n, most_steps, interval, shared_rows);
+    require(per_trajectory <= options.max_gradient_workspace_bytes, fn, "options.max_gradient_workspace_bytes",
+            "value " + std::to_string(options.max_gradient_workspace_bytes),
+            "at least " + std::to_string(per_trajectory) + " bytes, the workspace of one trajectory");
+    const int chunk = int(std::min<std::size_t>(std::max<long>(N, 1), options.max_gradient_workspace_bytes / per_trajectory));
+
+    CarryViews<T, Space> carry(space, chunk, n);
+    Checkpoints<T, Space> checkpoints(space, adaptive, chunk, most_steps / interval + 1, interval, n);
+    using Layout = typename Space::array_layout;
+    BackwardData<T, Space> grads{strided2<const T>(cotangents.final_state),
+                                 strided3<const T>(cotangents.observed),
+                                 strided2<T>(gradients.y0),
+                                 strided2<T>(gradients.params),
+                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::shared_rows", chunk, shared_rows),
+                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::lambda", chunk, n),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_step", chunk),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_observation", chunk),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_segment", chunk),
+                                 P};
+    using ForwardKernel = Forward<Method, Field, T, C, Space, Stepping, true>;
+    using BackwardKernel = Backward<Method, Field, T, C, Space, Stepping, own_gradients>;
+
+    for (int begin = 0; begin < int(N); begin += chunk) {
+      const int end = std::min<int>(int(N), begin + chunk);
+      run_forward(space, ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, 0}, begin, end,
+                  options.mode, most_steps, NoObserver{});
+      if constexpr (!adaptive) {
+        auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
+        Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
+        Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
+        Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
+        Report<Mem> part_report{Kokkos::subview(report.status, part), Kokkos::subview(report.accepted, part),
+                                Kokkos::subview(report.rejected, part)};
+        summarize(fn, space, part_report, true);
+      }
+      BackwardKernel backward{problem.field, n, data, stepping, carry, checkpoints, grads, begin, 0};
+      Kokkos::parallel_for("paraseq::ode::backward_init",
+                           trajectory_policy<false, Space, typename BackwardKernel::InitTag>(space, begin, end), backward);
+      backward.iterations = options.mode == LoopMode::fused ? INT_MAX : 1;
+      const int launches = options.mode == LoopMode::fused ? 1 : most_steps;
+      for (int launch = 0; launch < launches; ++launch)
+        Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, begin, end), backward);
+      if (shared_rows > 0) { // in trajectory order, so the sum is the same on every run
+        auto rows = grads.shared_bar;
+        const int count = end - begin;
+        Kokkos::parallel_for(
+            "paraseq::ode::reduce_shared", Kokkos::RangePolicy<Space>(space, 0, shared_rows), KOKKOS_LAMBDA(int q) {
+              double sum = shared_total(q);
+              for (int row = 0; row < count; ++row) sum += double(rows(row, q));
+              shared_total(q) = sum;
+            });
+      }
+    }
+  });
+  if constexpr (is_given_v<SharedBar>) {
+    auto out = gradients.shared;
+    Kokkos::parallel_for(
+        "paraseq::ode::write_shared", Kokkos::RangePolicy<Space>(space, 0, shared_rows),
+        KOKKOS_LAMBDA(int q) { out(q) = T(shared_total(q)); });
+  }
+  summarize(fn, space, report, true);
+  return report;
+}
+
+} // namespace paraseq::ode

@@ -1,0 +1,579 @@
+#pragma once
+// The kernels behind integrate.hpp, one thread per trajectory. Each trajectory's loop state (its
+// Carry) lives in registers while a kernel runs and in Views between kernels, so the same code
+// runs the whole loop in one launch (fused) or one step per launch (stepped), bit for bit alike.
+//
+//   Forward: Init sets up the carry from y0 (and the first step size); Advance runs up to
+//            `iterations` steps (adaptive: attempts), writing observations, the final state and,
+//            for gradients, a checkpoint whenever the step count is a multiple of the interval.
+//   Backward: BackwardInit takes the final cotangent; BackwardAdvance reverses up to `iterations`
+//            steps. Entering a checkpoint segment replays its steps from the checkpoint (the same
+//            step code, so the same mesh, rejections included) and stores the states it passes.
+
+#include <paraseq/loops/field.hpp>
+#include <paraseq/loops/options.hpp>
+#include <paraseq/loops/rk_step.hpp>
+#include <paraseq/loops/tableaus.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <climits>
+#include <string>
+#include <type_traits>
+
+namespace paraseq::ode::detail {
+
+// Strided access to the user's Views (any layout), so kernels do not depend on their types.
+template <class T>
+struct Strided1 {
+  T* data = nullptr;
+  long s0 = 0;
+  KOKKOS_INLINE_FUNCTION T& operator()(long i) const { return data[i * s0]; }
+};
+template <class T>
+struct Strided2 {
+  T* data = nullptr;
+  long s0 = 0, s1 = 0;
+  KOKKOS_INLINE_FUNCTION T& operator()(long i, long j) const { return data[i * s0 + j * s1]; }
+};
+template <class T>
+struct Strided3 {
+  T* data = nullptr;
+  long s0 = 0, s1 = 0, s2 = 0;
+  KOKKOS_INLINE_FUNCTION T& operator()(long i, long j, long k) const { return data[i * s0 + j * s1 + k * s2]; }
+};
+
+inline constexpr int status_running = -1;
+// Carry flags.
+inline constexpr int k_first_valid = 1;     // k_first holds f(t, y)
+inline constexpr int last_rejected = 2;     // the previous attempt was rejected: do not grow h
+inline constexpr int nonfinite_attempt = 4; // the latest rejection had a non-finite error or state
+
+template <class T, int Capacity>
+struct Carry {
+  T y[Capacity];
+  T k_first[Capacity];
+  T t, h, err_prev;
+  int step;     // fixed: mesh steps done; adaptive: accepted steps
+  int rejected; // adaptive: rejected attempts
+  int next_observation;
+  int status;
+  int flags;
+};
+
+template <class T, class Space>
+struct CarryViews {
+  using Layout = typename Space::array_layout;
+  using Mem = typename Space::memory_space;
+  Kokkos::View<T**, Layout, Mem> y, k_first;
+  Kokkos::View<T*, Mem> t, h, err_prev;
+  Kokkos::View<int*, Mem> step, rejected, next_observation, status, flags;
+
+  CarryViews() = default;
+  CarryViews(const Space& space, int count, int n)
+      : y(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_y"), count, n),
+        k_first(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_k"), count, n),
+        t(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_t"), count),
+        h(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_h"), count),
+        err_prev(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_err"), count),
+        step(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_step"), count),
+        rejected(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_rejected"), count),
+        next_observation(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_obs"), count),
+        status(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_status"), count),
+        flags(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_flags"), count) {}
+
+  static constexpr std::size_t bytes_per_trajectory(int n) { return (2 * n + 3) * sizeof(T) + 5 * sizeof(int); }
+
+  template <int C>
+  KOKKOS_INLINE_FUNCTION void load(int i, int n, Carry<T, C>& c) const {
+    for (int k = 0; k < n; ++k) {
+      c.y[k] = y(i, k);
+      c.k_first[k] = k_first(i, k);
+    }
+    c.t = t(i), c.h = h(i), c.err_prev = err_prev(i);
+    c.step = step(i), c.rejected = rejected(i), c.next_observation = next_observation(i);
+    c.status = status(i), c.flags = flags(i);
+  }
+  template <int C>
+  KOKKOS_INLINE_FUNCTION void store(int i, int n, const Carry<T, C>& c) const {
+    for (int k = 0; k < n; ++k) {
+      y(i, k) = c.y[k];
+      k_first(i, k) = c.k_first[k];
+    }
+    t(i) = c.t, h(i) = c.h, err_prev(i) = c.err_prev;
+    step(i) = c.step, rejected(i) = c.rejected, next_observation(i) = c.next_observation;
+    status(i) = c.status, flags(i) = c.flags;
+  }
+};
+
+// Fixed steps, shared by all trajectories: step m goes from t(m) to t(m) + h(m) = t_next(m), and
+// the observations at mesh point m are [first_observation(m), first_observation(m + 1)).
+template <class T, class Mem>
+struct FixedMesh {
+  static constexpr bool adaptive = false;
+  Kokkos::View<const T*, Mem> t, h, t_next;        // [steps]
+  Kokkos::View<const int*, Mem> first_observation; // [steps + 2]
+  int steps = 0;
+  T t0 = 0;
+};
+
+// Adaptive steps: everything a trajectory's controller reads.
+template <class T, class Mem>
+struct AdaptiveControl {
+  static constexpr bool adaptive = true;
+  T t0, t_end, first_step, min_step;
+  int max_steps;
+  T safety, min_factor, max_factor, beta1, beta2, reject_exponent, first_step_exponent;
+  Kokkos::View<const T*, Mem> rtol, atol;         // [n]
+  Kokkos::View<const T*, Mem> observation_times;  // [n_obs]
+  KOKKOS_INLINE_FUNCTION Tolerances<T> tolerances() const { return {rtol.data(), atol.data()}; }
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION bool all_finite(int n, const T* y) {
+  bool finite = true;
+  for (int k = 0; k < n; ++k) finite = finite && Kokkos::isfinite(y[k]);
+  return finite;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION void copy(int n, const T* from, T* to) {
+  for (int k = 0; k < n; ++k) to[k] = from[k];
+}
+
+// One step on the fixed mesh; the carry then holds the new state.
+template <class Method, class Rk, class T, int C, class Mesh>
+KOKKOS_INLINE_FUNCTION void fixed_step(const Rk& rk, const Mesh& mesh, Carry<T, C>& c) {
+  const int m = c.step;
+  const T t = mesh.t(m), h = mesh.h(m), t_next = mesh.t_next(m);
+  typename Rk::Stages K;
+  T y_new[C];
+  if (c.flags & k_first_valid) copy(rk.n, c.k_first, K[0]);
+  else rk.evaluate(t, c.y, K[0]);
+  rk.stages(t, h, t_next, c.y, K, y_new);
+  copy(rk.n, y_new, c.y);
+  if constexpr (Method::fsal) {
+    copy(rk.n, K[Method::stages - 1], c.k_first);
+    c.flags |= k_first_valid;
+  }
+  c.t = t_next;
+  c.step = m + 1;
+}
+
+// One adaptive attempt. on_accept(c, K, h, t_new, y_new) runs for an accepted step while the carry
+// still holds the step's start (it may advance c.next_observation); the carry then moves on to the
+// step's end. Sets c.status when the trajectory stops.
+template <class Method, class Rk, class T, int C, class Control, class OnAccept>
+KOKKOS_INLINE_FUNCTION void adaptive_attempt(const Rk& rk, const Control& ctl, Carry<T, C>& c,
+                                             const OnAccept& on_accept) {
+  const int n = rk.n;
+  if (c.step + c.rejected >= ctl.max_steps) {
+    c.status = int(Status::max_steps);
+    return;
+  }
+  const bool lands = c.t + c.h >= ctl.t_end;
+  const T t_new = lands ? ctl.t_end : c.t + c.h;
+  const T h = lands ? ctl.t_end - c.t : c.h;
+  if (c.h < ctl.min_step || !(t_new > c.t)) {
+    c.status = int((c.flags & nonfinite_attempt) ? Status::non_finite : Status::step_too_small);
+    return;
+  }
+  if (!(c.flags & k_first_valid)) {
+    rk.evaluate(c.t, c.y, c.k_first);
+    c.flags |= k_first_valid;
+  }
+  typename Rk::Stages K;
+  T y_new[C];
+  copy(n, c.k_first, K[0]);
+  rk.stages(c.t, h, t_new, c.y, K, y_new);
+  const T err = rk.error_norm(h, c.y, y_new, K, ctl.tolerances());
+  const bool finite = Kokkos::isfinite(err) && all_finite(n, y_new);
+  if (!(finite && err <= T(1))) {
+    const T factor =
+        finite ? Kokkos::max(ctl.min_factor, ctl.safety * Kokkos::pow(err, -ctl.reject_exponent)) : ctl.min_factor;
+    c.h = h * factor;
+    c.rejected += 1;
+    c.flags = (c.flags | last_rejected) & ~nonfinite_attempt;
+    if (!finite) c.flags |= nonfinite_attempt;
+    return;
+  }
+  on_accept(c, K, h, t_new, y_new);
+  T factor = err == T(0) ? ctl.max_factor
+                         : ctl.safety * Kokkos::pow(err, -ctl.beta1) * Kokkos::pow(c.err_prev, ctl.beta2);
+  factor = Kokkos::min(ctl.max_factor, Kokkos::max(ctl.min_factor, factor));
+  if (c.flags & last_rejected) factor = Kokkos::min(factor, T(1));
+  copy(n, y_new, c.y);
+  c.t = t_new;
+  c.h = h * factor;
+  c.err_prev = Kokkos::max(err, T(1e-4));
+  c.step += 1;
+  c.flags &= ~(last_rejected | nonfinite_attempt | k_first_valid);
+  if constexpr (Method::fsal) {
+    copy(n, K[Method::stages - 1], c.k_first);
+    c.flags |= k_first_valid;
+  }
+  if (lands) c.status = int(Status::success);
+}
+
+// Hairer's starting step size (Solving ODEs I, II.4) from y0 and k_first = f(t0, y0).
+template <class Rk, class T, int C, class Control>
+KOKKOS_INLINE_FUNCTION T first_step_size(const Rk& rk, const Control& ctl, const Carry<T, C>& c) {
+  const int n = rk.n;
+  const Tolerances<T> tol = ctl.tolerances();
+  T d0 = 0, d1 = 0;
+  for (int k = 0; k < n; ++k) {
+    const T scale = tol.atol[k] + tol.rtol[k] * Kokkos::abs(c.y[k]);
+    d0 += (c.y[k] / scale) * (c.y[k] / scale);
+    d1 += (c.k_first[k] / scale) * (c.k_first[k] / scale);
+  }
+  d0 = Kokkos::sqrt(d0 / T(n));
+  d1 = Kokkos::sqrt(d1 / T(n));
+  const T span = ctl.t_end - c.t;
+  const T h0 = Kokkos::min(span, (d0 < T(1e-5) || d1 < T(1e-5)) ? T(1e-6) : T(0.01) * d0 / d1);
+  T y1[C], f1[C];
+  for (int k = 0; k < n; ++k) y1[k] = c.y[k] + h0 * c.k_first[k];
+  rk.evaluate(c.t + h0, y1, f1);
+  T d2 = 0;
+  for (int k = 0; k < n; ++k) {
+    const T scale = tol.atol[k] + tol.rtol[k] * Kokkos::abs(c.y[k]);
+    d2 += ((f1[k] - c.k_first[k]) / scale) * ((f1[k] - c.k_first[k]) / scale);
+  }
+  d2 = Kokkos::sqrt(d2 / T(n)) / h0;
+  const T d_max = Kokkos::max(d1, d2);
+  const T h1 = d_max <= T(1e-15) ? Kokkos::max(T(1e-6), h0 * T(1e-3))
+                                 : Kokkos::pow(T(0.01) / d_max, ctl.first_step_exponent);
+  const T h = Kokkos::min(T(100) * h0, Kokkos::min(h1, span));
+  return Kokkos::isfinite(h) && h > T(0) ? h : span;
+}
+
+// Checkpoints of the carry, one per `interval` steps, and the segment buffer of the backward pass.
+template <class T, class Space>
+struct Checkpoints {
+  using Layout = typename Space::array_layout;
+  using Mem = typename Space::memory_space;
+  Kokkos::View<T***, Layout, Mem> y;                      // [chunk, count, n]
+  Kokkos::View<T**, Layout, Mem> t, h, err_prev;          // adaptive: [chunk, count]
+  Kokkos::View<int**, Layout, Mem> flags;                 // adaptive: [chunk, count]
+  Kokkos::View<T***, Layout, Mem> segment_y;              // [chunk, interval, n]
+  Kokkos::View<T**, Layout, Mem> segment_t, segment_h, segment_t_next; // adaptive: [chunk, interval]
+  int interval = 1;
+
+  Checkpoints() = default;
+  Checkpoints(const Space& space, bool adaptive, int chunk, int count, int interval_, int n) : interval(interval_) {
+    const int scalars = adaptive ? chunk : 0;
+    auto alloc = [&](const std::string& label) { return Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label); };
+    y = decltype(y)(alloc("paraseq::ode::checkpoint_y"), chunk, count, n);
+    t = decltype(t)(alloc("paraseq::ode::checkpoint_t"), scalars, count);
+    h = decltype(h)(alloc("paraseq::ode::checkpoint_h"), scalars, count);
+    err_prev = decltype(err_prev)(alloc("paraseq::ode::checkpoint_err"), scalars, count);
+    flags = decltype(flags)(alloc("paraseq::ode::checkpoint_flags"), scalars, count);
+    segment_y = decltype(segment_y)(alloc("paraseq::ode::segment_y"), chunk, interval, n);
+    segment_t = decltype(segment_t)(alloc("paraseq::ode::segment_t"), scalars, interval);
+    segment_h = decltype(segment_h)(alloc("paraseq::ode::segment_h"), scalars, interval);
+    segment_t_next = decltype(segment_t_next)(alloc("paraseq::ode::segment_t_next"), scalars, interval);
+  }
+
+  // Device bytes per trajectory for `count` checkpoints and a segment of `interval` steps.
+  static constexpr std::size_t bytes_per_trajectory(bool adaptive, long count, long interval, int n) {
+    return std::size_t(count) * (n * sizeof(T) + (adaptive ? 3 * sizeof(T) + sizeof(int) : 0)) +
+           std::size_t(interval) * (n + (adaptive ? 3 : 0)) * sizeof(T);
+  }
+
+  template <int C>
+  KOKKOS_INLINE_FUNCTION void save(bool adaptive, int i, int n, const Carry<T, C>& c) const {
+    const int k = c.step / interval;
+    for (int j = 0; j < n; ++j) y(i, k, j) = c.y[j];
+    if (adaptive) {
+      t(i, k) = c.t, h(i, k) = c.h, err_prev(i, k) = c.err_prev;
+      flags(i, k) = c.flags & ~k_first_valid;
+    }
+  }
+  // The carry at the start of segment k; k_first is recomputed, to the same bits.
+  template <int C>
+  KOKKOS_INLINE_FUNCTION void restore(bool adaptive, int i, int k, int n, Carry<T, C>& c) const {
+    for (int j = 0; j < n; ++j) c.y[j] = y(i, k, j);
+    c.next_observation = 0;
+    c.step = k * interval;
+    c.rejected = 0;
+    c.status = status_running;
+    c.flags = 0;
+    if (adaptive) c.t = t(i, k), c.h = h(i, k), c.err_prev = err_prev(i, k), c.flags = flags(i, k);
+  }
+};
+
+// What the forward kernels read and write besides the carry.
+template <class T>
+struct ForwardData {
+  Strided2<const T> y0;
+  Strided2<const T> params;
+  Strided1<const T> shared;
+  Strided2<T> final_state;
+  Strided3<T> observed;
+  int observations = 0;
+
+  KOKKOS_INLINE_FUNCTION ParameterAccess<T> parameters(int traj) const {
+    return {params.data ? params.data + traj * params.s0 : nullptr, params.s1, shared.data, shared.s0};
+  }
+};
+
+template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool Checkpointing>
+struct Forward {
+  using Rk = RkStep<Method, Field, T, Capacity>;
+  using C = Carry<T, Capacity>;
+  struct InitTag {};
+
+  Field field;
+  int n;
+  ForwardData<T> data;
+  Stepping stepping;
+  CarryViews<T, Space> carry;
+  Checkpoints<T, Space> checkpoints;
+  int begin;      // the chunk's first trajectory: carry row = trajectory - begin
+  int iterations; // steps (adaptive: attempts) per launch
+
+  KOKKOS_INLINE_FUNCTION void write_observation(int traj, int j, const T* y) const {
+    for (int k = 0; k < n; ++k) data.observed(traj, j, k) = y[k];
+  }
+
+  // A stopped trajectory: its final state, or NaN for what a failure left unreached.
+  KOKKOS_INLINE_FUNCTION void finish(int traj, C& c) const {
+    const bool failed = c.status != int(Status::success);
+    if (failed)
+      for (int j = c.next_observation; j < data.observations; ++j)
+        for (int k = 0; k < n; ++k) data.observed(traj, j, k) = Kokkos::Experimental::quiet_NaN_v<T>;
+    if (data.final_state.data)
+      for (int k = 0; k < n; ++k) data.final_state(traj, k) = failed ? Kokkos::Experimental::quiet_NaN_v<T> : c.y[k];
+  }
+
+  KOKKOS_INLINE_FUNCTION void checkpoint(int row, const C& c) const {
+    if constexpr (Checkpointing)
+      if (c.step % checkpoints.interval == 0) checkpoints.save(Stepping::adaptive, row, n, c);
+  }
+
+  KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
+    const Rk rk{field, n, data.parameters(traj)};
+    C c;
+    for (int k = 0; k < n; ++k) c.y[k] = data.y0(traj, k);
+    c.step = 0, c.rejected = 0, c.next_observation = 0, c.flags = 0;
+    c.err_prev = T(1);
+    c.status = status_running;
+    bool done;
+    if constexpr (Stepping::adaptive) {
+      const auto& ctl = stepping;
+      c.t = ctl.t0;
+      for (; c.next_observation < data.observations && ctl.observation_times(c.next_observation) <= c.t;
+           ++c.next_observation)
+        write_observation(traj, c.next_observation, c.y);
+      done = !(ctl.t_end > ctl.t0);
+      if (!done) {
+        rk.evaluate(c.t, c.y, c.k_first);
+        c.flags = k_first_valid;
+        c.h = ctl.first_step > T(0) ? ctl.first_step : first_step_size(rk, ctl, c);
+      }
+    } else {
+      c.t = stepping.t0, c.h = T(0);
+      for (; c.next_observation < stepping.first_observation(1); ++c.next_observation)
+        write_observation(traj, c.next_observation, c.y);
+      done = stepping.steps == 0;
+      if (!done && Method::fsal) {
+        rk.evaluate(stepping.t(0), c.y, c.k_first);
+        c.flags = k_first_valid;
+      }
+    }
+    if (!all_finite(n, c.y)) c.status = int(Status::non_finite);
+    else if (done) c.status = int(Status::success);
+    if (c.status != status_running) finish(traj, c);
+    checkpoint(traj - begin, c);
+    carry.store(traj - begin, n, c);
+  }
+
+  KOKKOS_FUNCTION void operator()(int traj) const {
+    const int row = traj - begin;
+    C c;
+    carry.load(row, n, c);
+    if (c.status != status_running) return;
+    const Rk rk{field, n, data.parameters(traj)};
+    for (int it = 0; it < iterations && c.status == status_running; ++it) {
+      const int step = c.step;
+      if constexpr (Stepping::adaptive) {
+        const auto& ctl = stepping;
+        adaptive_attempt<Method>(rk, ctl, c, [&](C& start, const typename Rk::Stages& K, T h, T t_new, const T* y_new) {
+          for (; start.next_observation < data.observations && ctl.observation_times(start.next_observation) <= t_new;
+               ++start.next_observation) {
+            const T when = ctl.observation_times(start.next_observation);
+            if (when == t_new) write_observation(traj, start.next_observation, y_new);
+            else {
+              T y_at[Capacity];
+              rk.dense((when - start.t) / h, h, start.y, K, y_at);
+              write_observation(traj, start.next_observation, y_at);
+            }
+          }
+        });
+      } else {
+        fixed_step<Method>(rk, stepping, c);
+        const int last = stepping.first_observation(c.step + 1);
+        if (c.next_observation < last && !all_finite(n, c.y)) c.status = int(Status::non_finite);
+        for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
+        if (c.step == stepping.steps && c.status == status_running)
+          c.status = int(all_finite(n, c.y) ? Status::success : Status::non_finite);
+      }
+      if (c.step != step && c.status == status_running) checkpoint(row, c);
+    }
+    if (c.status != status_running) finish(traj, c);
+    carry.store(row, n, c);
+  }
+};
+
+// What the backward kernels read and write.
+template <class T, class Space>
+struct BackwardData {
+  Strided2<const T> final_bar;   // [N, n]
+  Strided3<const T> observed_bar; // [N, n_obs, n]
+  Strided2<T> y0_bar;             // [N, n]
+  Strided2<T> params_bar;         // [N, P]
+  Kokkos::View<T**, typename Space::array_layout, typename Space::memory_space> shared_bar; // [chunk, Q]
+  Kokkos::View<T**, typename Space::array_layout, typename Space::memory_space> lambda;     // [chunk, n]
+  Kokkos::View<int*, typename Space::memory_space> step, next_observation, segment;        // [chunk]
+  int parameters = 0; // P
+};
+
+template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool OwnGradients>
+struct Backward {
+  using Rk = RkStep<Method, Field, T, Capacity>;
+  using C = Carry<T, Capacity>;
+  struct InitTag {};
+  // Own-parameter gradients accumulate in registers when the field declares a small bound.
+  static constexpr int local_parameters = [] {
+    if constexpr (HasMaxParameterCount<Field>) return Field::max_parameter_count <= 16 ? Field::max_parameter_count : 0;
+    else return 0;
+  }();
+
+  Field field;
+  int n;
+  ForwardData<T> data;
+  Stepping stepping;
+  CarryViews<T, Space> carry; // the forward carry: its step is each trajectory's step count
+  Checkpoints<T, Space> checkpoints;
+  BackwardData<T, Space> grads;
+  int begin;
+  int iterations;
+
+  KOKKOS_INLINE_FUNCTION void add_observation_bar(int traj, int j, T* lambda) const {
+    for (int k = 0; k < n; ++k) lambda[k] += grads.observed_bar(traj, j, k);
+  }
+
+  KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
+    const int row = traj - begin;
+    for (int k = 0; k < n; ++k) grads.lambda(row, k) = grads.final_bar.data ? grads.final_bar(traj, k) : T(0);
+    if (grads.params_bar.data)
+      for (int k = 0; k < grads.parameters; ++k) grads.params_bar(traj, k) = T(0);
+    for (int k = 0; k < int(grads.shared_bar.extent(1)); ++k) grads.shared_bar(row, k) = T(0);
+    grads.step(row) = carry.step(row);
+    grads.next_observation(row) = data.observations - 1;
+    grads.segment(row) = -1;
+    if (carry.step(row) == 0) finalize(traj, row);
+  }
+
+  // Observations at t0 and the gradient with respect to y0.
+  KOKKOS_INLINE_FUNCTION void finalize(int traj, int row) const {
+    T lambda[Capacity];
+    for (int k = 0; k < n; ++k) lambda[k] = grads.lambda(row, k);
+    for (int j = grads.next_observation(row); j >= 0; --j) add_observation_bar(traj, j, lambda);
+    grads.next_observation(row) = -1;
+    if (grads.y0_bar.data)
+      for (int k = 0; k < n; ++k) grads.y0_bar(traj, k) = lambda[k];
+  }
+
+  // Replays segment k from its checkpoint, storing the state (and, adaptive, t, h, t_next) at
+  // the start of each of its steps.
+  KOKKOS_INLINE_FUNCTION void replay(const Rk& rk, int row, int k, int total_steps) const {
+    C c;
+    checkpoints.restore(Stepping::adaptive, row, k, n, c);
+    const int count = Kokkos::min(checkpoints.interval, total_steps - k * checkpoints.interval);
+    int recorded = 0;
+    while (recorded < count) {
+      if constexpr (Stepping::adaptive) {
+        adaptive_attempt<Method>(rk, stepping, c, [&](const C& start, const typename Rk::Stages&, T h, T t_new,
+                                                       const T*) {
+          for (int j = 0; j < n; ++j) checkpoints.segment_y(row, recorded, j) = start.y[j];
+          checkpoints.segment_t(row, recorded) = start.t;
+          checkpoints.segment_h(row, recorded) = h;
+          checkpoints.segment_t_next(row, recorded) = t_new;
+          ++recorded;
+        });
+      } else {
+        for (int j = 0; j < n; ++j) checkpoints.segment_y(row, recorded, j) = c.y[j];
+        fixed_step<Method>(rk, stepping, c);
+        ++recorded;
+      }
+    }
+  }
+
+  KOKKOS_FUNCTION void operator()(int traj) const {
+    const int row = traj - begin;
+    int m = grads.step(row);
+    if (m == 0) return;
+    const int total_steps = carry.step(row);
+    const ParameterAccess<T> p = data.parameters(traj);
+    const Rk rk{field, n, p};
+
+    T own_bar[local_parameters > 0 ? local_parameters : 1];
+    T sink = 0;
+    ParameterGradients<T> p_bar{&sink, 0, &sink, 0};
+    if constexpr (OwnGradients) {
+      if constexpr (local_parameters > 0) {
+        for (int k = 0; k < grads.parameters; ++k) own_bar[k] = grads.params_bar(traj, k);
+        p_bar.own_data = own_bar, p_bar.own_stride = 1;
+      } else {
+        p_bar.own_data = &grads.params_bar(traj, 0), p_bar.own_stride = grads.params_bar.s1;
+      }
+    }
+    if (grads.shared_bar.extent(1) > 0) p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = grads.shared_bar.stride(1);
+
+    T lambda[Capacity], y[Capacity];
+    for (int k = 0; k < n; ++k) lambda[k] = grads.lambda(row, k);
+    int j = grads.next_observation(row);
+    int loaded = grads.segment(row);
+    typename Rk::Stages K, K_bar;
+
+    for (int it = 0; it < iterations && m > 0; ++it, --m) {
+      const int step = m - 1, k = step / checkpoints.interval, slot = step - k * checkpoints.interval;
+      if (k != loaded) {
+        replay(rk, row, k, total_steps);
+        loaded = k;
+      }
+      for (int c = 0; c < n; ++c) y[c] = checkpoints.segment_y(row, slot, c);
+      T t, h, t_next;
+      if constexpr (Stepping::adaptive) {
+        t = checkpoints.segment_t(row, slot), h = checkpoints.segment_h(row, slot);
+        t_next = checkpoints.segment_t_next(row, slot);
+        for (; j >= 0 && stepping.observation_times(j) >= t_next; --j) add_observation_bar(traj, j, lambda);
+      } else {
+        t = stepping.t(step), h = stepping.h(step), t_next = stepping.t_next(step);
+        for (; j >= stepping.first_observation(m); --j) add_observation_bar(traj, j, lambda);
+      }
+      rk.recompute(t, h, t_next, y, K);
+      rk.seed(h, lambda, K_bar);
+      bool last_stage_seeded = false;
+      if constexpr (Stepping::adaptive) {
+        for (; j >= 0 && stepping.observation_times(j) > t; --j) {
+          T g[Capacity];
+          for (int c = 0; c < n; ++c) g[c] = grads.observed_bar(traj, j, c), lambda[c] += g[c];
+          rk.seed_dense((stepping.observation_times(j) - t) / h, h, g, K_bar);
+          last_stage_seeded = true;
+        }
+      }
+      rk.template sweep<OwnGradients>(t, h, t_next, y, K, K_bar, lambda, p_bar, grads.parameters, last_stage_seeded);
+    }
+
+    for (int c = 0; c < n; ++c) grads.lambda(row, c) = lambda[c];
+    grads.step(row) = m;
+    grads.next_observation(row) = j;
+    grads.segment(row) = loaded;
+    if constexpr (OwnGradients && local_parameters > 0)
+      for (int k = 0; k < grads.parameters; ++k) grads.params_bar(traj, k) = own_bar[k];
+    if (m == 0) finalize(traj, row);
+  }
+};
+
+} // namespace paraseq::ode::detail

@@ -1,0 +1,114 @@
+#pragma once
+// The cell concept: what the Newton solver needs from a recurrence h_t = f(h_{t-1}, u_t).
+//
+// The state of N channels splits into groups of d channels (the declared structure of df/dh:
+// Diagonal d = 1, BlockDiagonal<K> d = K, Dense d = N <= 32); group g owns channels g*d .. g*d+d-1
+// and f of a group depends only on that group's state. The solver hands a cell the group's state
+// and the group's inputs as small on-chip arrays, so a cell never sees Views of h or u:
+//
+//   struct MyCell {
+//     using structure = paraseq::Diagonal;          // structure of df/dh
+//     static constexpr int max_inputs_per_group = 3; // bounds for on-chip arrays
+//     static constexpr int max_params_per_group = 3;
+//     int state_size() const;                        // N
+//     int input_size() const;                        // width of u: [B, T, input_size()]
+//     int param_count() const;                       // length of the flat parameter gradient
+//     KOKKOS_FUNCTION int inputs_per_group() const;
+//     KOKKOS_FUNCTION int params_per_group() const;
+//     KOKKOS_FUNCTION int input_column(int g, int k) const; // column of u holding input k of group g
+//     KOKKOS_FUNCTION int param_index(int g, int k) const;  // gradient slot of parameter k of group g
+//     void check(const char* fn) const;              // throws if the parameters are inconsistent
+//     // f = f(h, u) for group g; h, f: d values, u: inputs_per_group() values
+//     template <class Acc> KOKKOS_FUNCTION void step(int g, const Acc* h, const Acc* u, Acc* f) const;
+//     // f as above and J = df/dh, d x d row-major: J[i*d + j] = df_i / dh_j
+//     template <class Acc> KOKKOS_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const;
+//     // vector-Jacobian products with mu (d values): dh = (df/dh)^T mu, du = (df/du)^T mu,
+//     // dparams = (df/dtheta_g)^T mu for the group's own parameters (each slot written, not added to)
+//     template <class Acc> KOKKOS_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu,
+//                                                   Acc* dh, Acc* du, Acc* dparams) const;
+//   };
+//
+// Each parameter belongs to exactly one group (param_index is one-to-one), which keeps the gradient
+// reduction free of atomics and deterministic. A cell is copied to the device by value: hold
+// parameters in Views, never in host containers, and keep every member function free of exceptions.
+
+#include <paraseq/core/structure.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <concepts>
+
+namespace paraseq {
+
+namespace detail {
+
+template <class Cell>
+concept has_cell_structure = requires { typename Cell::structure; } && is_structure_v<typename Cell::structure>;
+
+template <class Cell>
+concept has_cell_bounds = requires {
+  { Cell::max_inputs_per_group } -> std::convertible_to<int>;
+  { Cell::max_params_per_group } -> std::convertible_to<int>;
+};
+
+template <class Cell>
+concept has_cell_sizes = requires(const Cell& cell, int g, int k, const char* fn) {
+  { cell.state_size() } -> std::convertible_to<int>;
+  { cell.input_size() } -> std::convertible_to<int>;
+  { cell.param_count() } -> std::convertible_to<int>;
+  { cell.inputs_per_group() } -> std::convertible_to<int>;
+  { cell.params_per_group() } -> std::convertible_to<int>;
+  { cell.input_column(g, k) } -> std::convertible_to<int>;
+  { cell.param_index(g, k) } -> std::convertible_to<int>;
+  cell.check(fn);
+};
+
+template <class Cell, class Acc>
+concept has_cell_step = requires(const Cell& cell, int g, const Acc* in, Acc* out) { cell.step(g, in, in, out); };
+
+template <class Cell, class Acc>
+concept has_cell_linearize =
+    requires(const Cell& cell, int g, const Acc* in, Acc* out) { cell.linearize(g, in, in, out, out); };
+
+template <class Cell, class Acc>
+concept has_cell_vjp =
+    requires(const Cell& cell, int g, const Acc* in, Acc* out) { cell.vjp(g, in, in, in, out, out, out); };
+
+} // namespace detail
+
+// A cell the Newton solver can run in precision Acc.
+template <class Cell, class Acc>
+concept NewtonCell = detail::has_cell_structure<Cell> && detail::has_cell_bounds<Cell> &&
+                     detail::has_cell_sizes<Cell> && detail::has_cell_step<Cell, Acc> &&
+                     detail::has_cell_linearize<Cell, Acc> && detail::has_cell_vjp<Cell, Acc>;
+
+namespace detail {
+
+// One readable error per missing piece instead of a wall of substitution failures.
+template <class Cell, class Acc>
+constexpr void check_cell() {
+  static_assert(has_cell_structure<Cell>,
+                "paraseq cell: declare `using structure = paraseq::Diagonal;` (or BlockDiagonal<K>, Dense): "
+                "the structure of the state Jacobian df/dh");
+  static_assert(has_cell_bounds<Cell>,
+                "paraseq cell: declare `static constexpr int max_inputs_per_group` and `max_params_per_group`");
+  static_assert(has_cell_sizes<Cell>,
+                "paraseq cell: provide state_size(), input_size(), param_count(), inputs_per_group(), "
+                "params_per_group(), input_column(g, k), param_index(g, k) and check(const char*)");
+  static_assert(has_cell_step<Cell, Acc>,
+                "paraseq cell: provide `template <class Acc> KOKKOS_FUNCTION void step(int g, const Acc* h, "
+                "const Acc* u, Acc* f) const`");
+  static_assert(has_cell_linearize<Cell, Acc>,
+                "paraseq cell: provide `template <class Acc> KOKKOS_FUNCTION void linearize(int g, const Acc* h, "
+                "const Acc* u, Acc* f, Acc* J) const` (J row-major, d x d)");
+  static_assert(has_cell_vjp<Cell, Acc>,
+                "paraseq cell: provide `template <class Acc> KOKKOS_FUNCTION void vjp(int g, const Acc* h, "
+                "const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc* dparams) const`");
+}
+
+template <class Cell>
+inline constexpr int cell_group_bound = Cell::structure::max_group_size;
+
+} // namespace detail
+
+} // namespace paraseq

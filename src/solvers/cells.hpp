@@ -1,0 +1,177 @@
+#pragma once
+// ParaGRU and ParaLSTM: the diagonal-recurrence cells of ParaRNN (Apple's ml-pararnn), exactly as in
+// the reference equations, written to the cell concept of cell.hpp. Both take the pre-projected
+// input u = W x + b (input_projection.hpp), gates stacked along the last axis of u.
+//
+//   ParaGRU  state h: [B, T, H]; u: [B, T, 3H] (z, r, c); a: [3, H] (a_z, a_r, a_c)
+//       z = s(a_z h + u_z),  r = s(a_r h + u_r),  c = tanh(a_c (h r) + u_c),  h' = z c + (1 - z) h
+//       gradient slots: [3, H] like a
+//   ParaLSTM state: [B, T, 2H], channel 2n = c_n and 2n+1 = h_n; u: [B, T, 3H] (f, c~, o);
+//            a: [3, H] (a_f, a_c, a_o), p: [2, H] (peepholes p_f, p_o)
+//       f = s(a_f h + p_f c + u_f),  c~ = tanh(a_c h + u_c),  c' = f c + (1 - f) c~,
+//       o = s(a_o h + p_o c' + u_o),  h' = o tanh(c')
+//       gradient slots: [5, H] = a's three rows, then p's two
+// s is the logistic function. The GRU Jacobian is diagonal; the LSTM one is a 2 x 2 block per
+// channel (BlockDiagonal<2> over the interleaved state).
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/structure.hpp>
+
+#include <Kokkos_Core.hpp>
+
+namespace paraseq {
+
+namespace detail {
+template <class Acc>
+KOKKOS_INLINE_FUNCTION Acc logistic(Acc x) {
+  return Acc(1) / (Acc(1) + Kokkos::exp(-x));
+}
+} // namespace detail
+
+template <class T, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct ParaGRU {
+  using structure = Diagonal;
+  using param_view = Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace>;
+  static constexpr int max_inputs_per_group = 3;
+  static constexpr int max_params_per_group = 3;
+
+  param_view a; // [3, H]: a_z, a_r, a_c
+
+  int state_size() const { return int(a.extent(1)); }
+  int input_size() const { return 3 * state_size(); }
+  int param_count() const { return 3 * state_size(); }
+  KOKKOS_INLINE_FUNCTION int inputs_per_group() const { return 3; }
+  KOKKOS_INLINE_FUNCTION int params_per_group() const { return 3; }
+  KOKKOS_INLINE_FUNCTION int input_column(int g, int k) const { return k * int(a.extent(1)) + g; }
+  KOKKOS_INLINE_FUNCTION int param_index(int g, int k) const { return k * int(a.extent(1)) + g; }
+  void check(const char* fn) const {
+    if (a.extent(0) != 3) detail::throw_invalid(fn, "cell.a", "shape " + detail::shape_of(a), "shape [3, H] (a_z, a_r, a_c)");
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void step(int g, const Acc* h, const Acc* u, Acc* f) const {
+    const Acc z = detail::logistic(Acc(a(0, g)) * h[0] + u[0]);
+    const Acc r = detail::logistic(Acc(a(1, g)) * h[0] + u[1]);
+    const Acc c = Kokkos::tanh(Acc(a(2, g)) * (h[0] * r) + u[2]);
+    f[0] = h[0] + z * (c - h[0]);
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+    const Acc a_z = Acc(a(0, g)), a_r = Acc(a(1, g)), a_c = Acc(a(2, g));
+    const Acc z = detail::logistic(a_z * h[0] + u[0]);
+    const Acc r = detail::logistic(a_r * h[0] + u[1]);
+    const Acc c = Kokkos::tanh(a_c * (h[0] * r) + u[2]);
+    f[0] = h[0] + z * (c - h[0]);
+    J[0] = (Acc(1) - z) + (c - h[0]) * z * (Acc(1) - z) * a_z +
+           z * (Acc(1) - c * c) * a_c * (r + h[0] * r * (Acc(1) - r) * a_r);
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du,
+                                  Acc* dparams) const {
+    const Acc a_z = Acc(a(0, g)), a_r = Acc(a(1, g)), a_c = Acc(a(2, g));
+    const Acc z = detail::logistic(a_z * h[0] + u[0]);
+    const Acc r = detail::logistic(a_r * h[0] + u[1]);
+    const Acc q = h[0] * r;
+    const Acc c = Kokkos::tanh(a_c * q + u[2]);
+    const Acc d_pre_z = mu[0] * (c - h[0]) * z * (Acc(1) - z);
+    const Acc d_pre_c = mu[0] * z * (Acc(1) - c * c);
+    const Acc d_q = d_pre_c * a_c;
+    const Acc d_pre_r = d_q * h[0] * r * (Acc(1) - r);
+    du[0] = d_pre_z;
+    du[1] = d_pre_r;
+    du[2] = d_pre_c;
+    dparams[0] = d_pre_z * h[0];
+    dparams[1] = d_pre_r * h[0];
+    dparams[2] = d_pre_c * q;
+    dh[0] = mu[0] * (Acc(1) - z) + d_pre_z * a_z + d_q * r + d_pre_r * a_r;
+  }
+};
+
+template <class T, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct ParaLSTM {
+  using structure = BlockDiagonal<2>;
+  using param_view = Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace>;
+  static constexpr int max_inputs_per_group = 3;
+  static constexpr int max_params_per_group = 5;
+
+  param_view a; // [3, H]: a_f, a_c, a_o (on h)
+  param_view p; // [2, H]: p_f, p_o (peepholes on c)
+
+  int hidden_size() const { return int(a.extent(1)); }
+  int state_size() const { return 2 * hidden_size(); }
+  int input_size() const { return 3 * hidden_size(); }
+  int param_count() const { return 5 * hidden_size(); }
+  KOKKOS_INLINE_FUNCTION int inputs_per_group() const { return 3; }
+  KOKKOS_INLINE_FUNCTION int params_per_group() const { return 5; }
+  KOKKOS_INLINE_FUNCTION int input_column(int g, int k) const { return k * int(a.extent(1)) + g; }
+  KOKKOS_INLINE_FUNCTION int param_index(int g, int k) const { return k * int(a.extent(1)) + g; }
+  void check(const char* fn) const {
+    if (a.extent(0) != 3) detail::throw_invalid(fn, "cell.a", "shape " + detail::shape_of(a), "shape [3, H] (a_f, a_c, a_o)");
+    detail::require_extents(fn, "cell.p", p, {2, long(a.extent(1))}, "[2, H] (p_f, p_o) with H from cell.a");
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void step(int g, const Acc* state, const Acc* u, Acc* next) const {
+    Gates<Acc> gates(*this, g, state, u);
+    next[0] = gates.c_next;
+    next[1] = gates.o * gates.tanh_c;
+  }
+
+  // Rows and columns in state order (c, h).
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* state, const Acc* u, Acc* next, Acc* J) const {
+    const Gates<Acc> s(*this, g, state, u);
+    next[0] = s.c_next;
+    next[1] = s.o * s.tanh_c;
+    const Acc f_slope = s.f * (Acc(1) - s.f), o_slope = s.o * (Acc(1) - s.o);
+    const Acc dc_dc = s.f + (state[0] - s.c_tilde) * f_slope * s.p_f;
+    const Acc dc_dh = (state[0] - s.c_tilde) * f_slope * s.a_f + (Acc(1) - s.f) * (Acc(1) - s.c_tilde * s.c_tilde) * s.a_c;
+    const Acc do_dc = o_slope * s.p_o * dc_dc;
+    const Acc do_dh = o_slope * (s.a_o + s.p_o * dc_dh);
+    const Acc dtanh = s.o * (Acc(1) - s.tanh_c * s.tanh_c);
+    J[0] = dc_dc;
+    J[1] = dc_dh;
+    J[2] = do_dc * s.tanh_c + dtanh * dc_dc;
+    J[3] = do_dh * s.tanh_c + dtanh * dc_dh;
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void vjp(int g, const Acc* state, const Acc* u, const Acc* mu, Acc* dstate, Acc* du,
+                                  Acc* dparams) const {
+    const Gates<Acc> s(*this, g, state, u);
+    const Acc c = state[0], h = state[1];
+    const Acc d_pre_o = mu[1] * s.tanh_c * s.o * (Acc(1) - s.o);
+    const Acc d_c_next = mu[0] + mu[1] * s.o * (Acc(1) - s.tanh_c * s.tanh_c) + d_pre_o * s.p_o;
+    const Acc d_pre_f = d_c_next * (c - s.c_tilde) * s.f * (Acc(1) - s.f);
+    const Acc d_pre_c = d_c_next * (Acc(1) - s.f) * (Acc(1) - s.c_tilde * s.c_tilde);
+    du[0] = d_pre_f;
+    du[1] = d_pre_c;
+    du[2] = d_pre_o;
+    dparams[0] = d_pre_f * h;        // a_f
+    dparams[1] = d_pre_c * h;        // a_c
+    dparams[2] = d_pre_o * h;        // a_o
+    dparams[3] = d_pre_f * c;        // p_f
+    dparams[4] = d_pre_o * s.c_next; // p_o
+    dstate[0] = d_c_next * s.f + d_pre_f * s.p_f;
+    dstate[1] = d_pre_f * s.a_f + d_pre_c * s.a_c + d_pre_o * s.a_o;
+  }
+
+private:
+  // The forward quantities every member function needs, computed once.
+  template <class Acc>
+  struct Gates {
+    Acc a_f, a_c, a_o, p_f, p_o, f, c_tilde, c_next, o, tanh_c;
+    KOKKOS_INLINE_FUNCTION Gates(const ParaLSTM& cell, int g, const Acc* state, const Acc* u)
+        : a_f(cell.a(0, g)), a_c(cell.a(1, g)), a_o(cell.a(2, g)), p_f(cell.p(0, g)), p_o(cell.p(1, g)) {
+      f = detail::logistic(a_f * state[1] + p_f * state[0] + u[0]);
+      c_tilde = Kokkos::tanh(a_c * state[1] + u[1]);
+      c_next = f * state[0] + (Acc(1) - f) * c_tilde;
+      o = detail::logistic(a_o * state[1] + p_o * c_next + u[2]);
+      tanh_c = Kokkos::tanh(c_next);
+    }
+  };
+};
+
+} // namespace paraseq

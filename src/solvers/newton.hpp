@@ -1,0 +1,261 @@
+#pragma once
+// The Newton (DEER / ParaRNN) solver for nonlinear recurrences h_t = f(h_{t-1}, u_t), forward:
+//
+//   newton_solve(space, cell, u, h [, config [, h0 [, stats]]])
+//
+//   cell: a NewtonCell (cell.hpp), e.g. ParaGRU or ParaLSTM (cells.hpp)
+//   u:  [B, T, cell.input_size()]  pre-projected inputs (input_projection.hpp)
+//   h:  [B, T, cell.state_size()]  output (and the initial guess with InitialGuess::given)
+//   h0: [B, cell.state_size()]     the state before t = 0 (default ZeroInitialState: zero)
+// Views of any layout in memory the space can access; the precision Acc (first template argument,
+// default u's value type) is the precision of every on-chip value.
+//
+// One Newton iteration linearises f around the current iterate h^k and solves, for delta,
+//     delta_t = A_t delta_{t-1} + (f(h^k_{t-1}, u_t) - h^k_t),  delta_{-1} = 0,   A_t = df/dh(h^k_{t-1}, u_t)
+// then sets h^{k+1} = h^k + omega delta. The ordered scan (core/ordered_scan.hpp) runs it with
+// operands built on the fly by NewtonLinearization from (u, h^k): no Jacobian is stored, and the
+// first pass evaluates the initial guess f(0, u_t) inside the operands instead of reading it.
+// Each pass reads h^k from one buffer and writes h^{k+1} to another (h and a work buffer in turn):
+// the engine reads h^k_{s-1} at sub-chunk, window and time-chunk boundaries from other threads,
+// so writing in place would race.
+//
+// Modes (NewtonConfig::mode):
+//   sequential  the loop over t, one thread per (batch, group); the reference and, when B x groups
+//               fills the space, the fastest (1/K of Newton's work)
+//   newton      one ordered scan per iteration over the whole sequence
+//   fused       one kernel; each team takes a tile of groups and walks the sequence in windows of W
+//               steps: it reads the window's u once into scratch, runs all K iterations there (the
+//               window's linear solves are the scan's sub-chunk / carry / re-run in scratch), and
+//               writes h once. The state entering a window is the converged end of the previous one,
+//               so for T <= W this is Newton on the whole sequence, and for T > W it converges at
+//               least as well (each window starts from a converged state).
+//   automatic   sequential if B x groups >= space.concurrency(); otherwise fused if the config allows
+//               it (exact Jacobian, no residual_atol, no Picard) and either the sequence fits one
+//               window or the space is a device; otherwise newton.
+//
+// Non-finite inputs: a NaN or Inf in u makes the affected batch element's h non-finite (Newton
+// couples all t of a batch element) and its residual infinite; with residual_fail set the solve
+// throws NewtonDivergenceError instead.
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/linear_scan.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/structure.hpp>
+#include <paraseq/solvers/cell.hpp>
+#include <paraseq/solvers/newton_config.hpp>
+#include <paraseq/solvers/newton_fused.hpp>
+#include <paraseq/solvers/newton_kernels.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+namespace paraseq {
+
+namespace detail {
+
+template <class Cell, class ExecSpace>
+NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config, const ScanShape& shape) {
+  if (config.mode != NewtonMode::automatic) return config.mode;
+  if (long(shape.batch) * shape.groups >= space.concurrency()) return NewtonMode::sequential;
+  const bool fusable = config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
+                       !config.picard_adapt;
+  constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  const int window = plan_fused<Cell, double>(space, shape, config).window;
+  if (fusable && (!on_host || shape.steps <= window)) return NewtonMode::fused;
+  return NewtonMode::newton;
+}
+
+template <class ExecSpace, class Cell, class UView, class HView, class H0View>
+void check_newton_views(const char* fn, const Cell& cell, const UView& u, const HView& h, const H0View& h0) {
+  static_assert(Kokkos::is_execution_space_v<ExecSpace>,
+                "paraseq::newton_solve: the first argument must be a Kokkos execution space instance");
+  static_assert(Kokkos::is_view_v<UView> && UView::rank == 3, "paraseq::newton_solve: u must be a [B, T, U] Kokkos::View");
+  static_assert(Kokkos::is_view_v<HView> && HView::rank == 3, "paraseq::newton_solve: h must be a [B, T, N] Kokkos::View");
+  static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename UView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<ExecSpace, typename HView::memory_space>::accessible,
+                "paraseq::newton_solve: u and h must be accessible from the execution space");
+  cell.check(fn);
+  const long B = long(u.extent(0)), T = long(u.extent(1)), N = cell.state_size();
+  require_extents(fn, "u", u, {B, T, cell.input_size()}, "[B, T, cell.input_size()]");
+  require_extents(fn, "h", h, {B, T, N}, "[B, T, cell.state_size()] with B, T from u");
+  using structure = typename Cell::structure;
+  if constexpr (std::is_same_v<structure, Dense>) {
+    if (N > max_dense_size || N < 1)
+      throw_invalid(fn, "cell", "state size " + std::to_string(N),
+                    "1 <= N <= " + std::to_string(max_dense_size) + " for a dense Jacobian");
+  } else if (N % structure::fixed_group_size != 0) {
+    throw_invalid(fn, "cell", "state size " + std::to_string(N),
+                  "a multiple of the block size " + std::to_string(structure::fixed_group_size));
+  }
+  if constexpr (!std::is_same_v<H0View, ZeroInitialState>) {
+    static_assert(Kokkos::is_view_v<H0View> && H0View::rank == 2, "paraseq::newton_solve: h0 must be a [B, N] View");
+    static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename H0View::memory_space>::accessible,
+                  "paraseq::newton_solve: h0 must be accessible from the execution space");
+    require_extents(fn, "h0", h0, {B, N}, "[B, cell.state_size()]");
+  }
+}
+
+inline void check_newton_config(const NewtonConfig& config) {
+  auto bad = [](const char* field, const std::string& given, const char* expected) {
+    throw_invalid(newton_fn, std::string("config.") + field, given, expected);
+  };
+  if (config.max_iters < 0) bad("max_iters", "value " + std::to_string(config.max_iters), "a value >= 0");
+  if (!(config.omega > 0 && config.omega <= 1)) bad("omega", "value " + std::to_string(config.omega), "0 < omega <= 1");
+  if (config.picard_iters < 0) bad("picard_iters", "value " + std::to_string(config.picard_iters), "a value >= 0");
+  if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
+    bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
+  const bool fused = config.mode == NewtonMode::fused;
+  if (fused && (config.jacobian != NewtonJacobian::exact || config.residual_atol || config.picard_iters > 0 ||
+                config.picard_adapt))
+    bad("mode", "fused together with quasi, residual_atol or Picard sweeps",
+        "the fused mode only with the exact Jacobian, a fixed iteration count and no Picard sweeps");
+}
+
+} // namespace detail
+
+template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
+  requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
+void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
+                  const NewtonConfig& config = {}, const H0View& h0 = {},
+                  NewtonStats<typename ExecSpace::memory_space>* stats = nullptr) {
+  using acc_t = detail::accumulation_t<Acc, UView>;
+  using memory_space = typename ExecSpace::memory_space;
+  detail::check_cell<Cell, acc_t>();
+  detail::check_newton_views<ExecSpace>(detail::newton_fn, cell, u, h, h0);
+  detail::check_newton_config(config);
+
+  using structure = typename Cell::structure;
+  const int B = int(u.extent(0)), T = int(u.extent(1)), N = cell.state_size();
+  const int d = group_size<structure>(N);
+  const ScanShape shape{B, T, group_count<structure>(N), d};
+  const NewtonMode mode = detail::choose_newton_mode<Cell>(space, config, shape);
+  const double threshold = config.residual_atol ? *config.residual_atol
+                           : config.residual_fail ? *config.residual_fail
+                                                  : std::numeric_limits<double>::max();
+  const bool check_on_host = config.residual_fail || config.picard_adapt;
+
+  Kokkos::View<double*, memory_space> residual;
+  Kokkos::View<int*, memory_space> converged;
+  if (stats || config.residual_atol || check_on_host)
+    residual = Kokkos::View<double*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_residual"), B);
+  if (stats) converged = Kokkos::View<int*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_converged"), B);
+  auto residual_of = [&](const auto& iterate) {
+    detail::compute_residual<acc_t>(space, cell, u, iterate, shape, residual, converged, threshold);
+  };
+  const detail::StoredIterate<HView, H0View> result{h, h0, d};
+
+  int iterations = 0, picard_sweeps = 0;
+  if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
+    if (mode == NewtonMode::sequential)
+      Kokkos::parallel_for("paraseq::newton_sequential", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * shape.groups),
+                           detail::SequentialRecurrence<acc_t, Cell, UView, HView, H0View>{cell, u, h, h0, T, shape.groups, d});
+    else {
+      detail::fused_newton<acc_t>(space, cell, u, h, h0, config, shape);
+      iterations = config.max_iters;
+    }
+    if (residual.data()) residual_of(result);
+    if (config.residual_fail) {
+      const double r = detail::read_residual_on_host(space, residual);
+      if (!(r <= *config.residual_fail)) throw NewtonDivergenceError(r, iterations, *config.residual_fail);
+    }
+  } else {
+    using work_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
+    work_view work(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_iterate"), B, T, N);
+    using work_iterate = detail::StoredIterate<work_view, H0View>;
+    const bool quasi = config.jacobian == NewtonJacobian::quasi;
+    const ScanShape scan_shape = quasi ? ScanShape{B, T, N, 1} : shape;
+
+    // Runs one pass from wherever the iterate is to the other buffer. `fresh` starts from the guess.
+    // Passes alternate between h and work; the first is aimed so that the planned last lands in h.
+    // A restart (picard_adapt) cannot reuse a given guess: h was overwritten; it starts from f(0, u).
+    bool in_work = false, fresh = true;
+    int planned_passes = 0;
+    InitialGuess guess = config.initial_guess;
+    auto run_pass = [&](auto&& pass) {
+      const bool to_work =
+          fresh ? (guess == InitialGuess::given || planned_passes % 2 == 0) : !in_work;
+      auto with_source = [&](const auto& old) {
+        if (to_work) pass(old, work);
+        else pass(old, h);
+      };
+      if (!fresh) {
+        if (in_work) with_source(work_iterate{work, h0, d});
+        else with_source(result);
+      } else if (guess == InitialGuess::cell_at_zero)
+        with_source(detail::CellAtZeroIterate<H0View>{h0, d});
+      else if (guess == InitialGuess::zeros)
+        with_source(detail::ZeroIterate<H0View>{h0, d});
+      else
+        with_source(result);
+      in_work = to_work;
+      fresh = false;
+    };
+    auto picard = [&](const auto& old, const auto& out) {
+      using pass_t = detail::PicardSweep<acc_t, Cell, UView, std::decay_t<decltype(old)>, std::decay_t<decltype(out)>>;
+      Kokkos::parallel_for("paraseq::newton_picard", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
+                           pass_t{cell, u, old, out, T, shape.groups, d});
+    };
+    auto newton = [&](const auto& old, const auto& out) {
+      auto scan = [&]<bool Quasi>() {
+        using rec_t = detail::NewtonLinearization<acc_t, Cell, Quasi, UView, std::decay_t<decltype(old)>,
+                                                  std::decay_t<decltype(out)>>;
+        using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
+        ordered_scan<scan_structure, acc_t>(space, scan_shape, rec_t{cell, u, old, out, acc_t(config.omega), d},
+                                            config.scan);
+      };
+      if (quasi) scan.template operator()<true>();
+      else scan.template operator()<false>();
+    };
+    auto current_residual = [&]() -> double {
+      if (in_work) residual_of(work_iterate{work, h0, d});
+      else residual_of(result);
+      return detail::read_residual_on_host(space, residual);
+    };
+
+    picard_sweeps = config.picard_iters;
+    for (;;) {
+      fresh = true;
+      planned_passes = std::max(1, picard_sweeps + config.max_iters);
+      for (int sweep = 0; sweep < picard_sweeps; ++sweep) run_pass(picard);
+      double r = 0;
+      for (iterations = 0; iterations < config.max_iters;) {
+        run_pass(newton);
+        ++iterations;
+        if (config.residual_atol && (r = current_residual()) <= *config.residual_atol) break;
+      }
+      if (!check_on_host) break;
+      if (!config.residual_atol || iterations == 0) r = current_residual();
+      const double adapt_threshold = config.residual_fail ? *config.residual_fail : *config.residual_atol;
+      if (config.picard_adapt && !(r <= adapt_threshold) && picard_sweeps < config.picard_adapt_max) {
+        picard_sweeps = std::min(config.picard_adapt_max, std::max(1, 2 * picard_sweeps));
+        if (guess == InitialGuess::given) guess = InitialGuess::cell_at_zero;
+        continue;
+      }
+      if (config.residual_fail && !(r <= *config.residual_fail))
+        throw NewtonDivergenceError(r, iterations, *config.residual_fail);
+      break;
+    }
+    if (fresh && guess != InitialGuess::given) // no pass ran: the result is the guess
+      run_pass([&](const auto& old, const auto& out) {
+        using copy_t = detail::IterateCopy<acc_t, Cell, UView, std::decay_t<decltype(old)>, std::decay_t<decltype(out)>>;
+        Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
+                             copy_t{cell, u, old, out, T, shape.groups, d});
+      });
+    if (in_work) Kokkos::deep_copy(space, h, work);
+    if (stats) residual_of(result);
+  }
+  if (stats) {
+    stats->iterations = iterations;
+    stats->picard_sweeps = picard_sweeps;
+    stats->mode = mode;
+    stats->residual = residual;
+    stats->converged = converged;
+  }
+}
+
+} // namespace paraseq

@@ -1,0 +1,173 @@
+#pragma once
+// The backward pass of newton_solve: gradients of a loss L through the converged trajectory.
+//
+//   newton_backward(space, cell, u, h, g, du, dparams [, h0 [, dh0 [, scan_config]]])
+//
+//   u, h, h0: the forward's inputs and result;  g = dL/dh: [B, T, N]
+//   du:      [B, T, cell.input_size()]   dL/du (written)
+//   dparams: [cell.param_count()]        dL/d(recurrent parameters), in the cell's slot order (written)
+//   dh0:     [B, N] dL/dh0, or NoGradient{} to skip it
+//
+// Method (no differentiation through the Newton iterations): with A_t = df/dh(h_{t-1}, u_t) at the
+// converged h, the adjoint mu_t = g_t + A_{t+1}^T mu_{t+1}, mu_{T-1} = g_{T-1}, is one reverse
+// ordered scan whose operands recompute A_{t+1} from (h_t, u_{t+1}); no Jacobian is saved. Then one
+// kernel evaluates the cell's vector-Jacobian products at every (b, t, group):
+// dL/du_t = (df/du)^T mu_t, the parameter contributions (df/dtheta)^T mu_t summed over its own run of
+// t, and dL/dh0 = A_0^T mu_0. The per-run parameter sums are added in a fixed order (no atomics):
+// the gradients are bitwise reproducible.
+//
+// Memory. Saved between forward and backward: u and h (and h0), nothing else. Peak extra memory of
+// the backward: mu, B*T*N values of h's type; the parameter partial sums, runs * param_count values
+// of Acc (runs <= B * 64); and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d)
+// values of Acc for its G time chunks (0 when G = 1).
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/linear_scan.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/solvers/cell.hpp>
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_kernels.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace paraseq {
+
+namespace detail {
+
+// mu_t = g_t + A_{t+1}^T mu_{t+1}; scan step s is time t = T-1-s. Stores mu, and dL/dh0 at t = 0.
+template <class Acc, class Cell, class UView, class HView, class H0View, class GView, class MuView, class DH0View>
+struct AdjointLinearization {
+  static constexpr int D = cell_group_bound<Cell>;
+  Cell cell;
+  UView u;
+  StoredIterate<HView, H0View> trajectory;
+  GView g_in;
+  MuView mu;
+  DH0View dh0;
+  int steps, d;
+
+  // J = df/dh at (h_{t-1}, u_t) for t in [0, T).
+  KOKKOS_INLINE_FUNCTION void jacobian(int b, int t, int g, Acc* J) const {
+    Acc h_prev[D], in[Cell::max_inputs_per_group], f[D];
+    trajectory.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+    gather_inputs<Acc>(cell, u, b, t, g, in);
+    cell.linearize(g, h_prev, in, f, J);
+  }
+  KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {
+    for (int i = 0; i < d; ++i) x[i] = Acc(0);
+  }
+  KOKKOS_INLINE_FUNCTION void linear(int b, int s, int g, const Acc* x, Acc* y) const {
+    const int next = steps - s; // t + 1
+    if (next >= steps) {
+      for (int i = 0; i < d; ++i) y[i] = Acc(0);
+      return;
+    }
+    Acc J[D * D];
+    jacobian(b, next, g, J);
+    small_matvec(d, J, x, y, true);
+  }
+  KOKKOS_INLINE_FUNCTION void affine(int b, int s, int g, const Acc* x, Acc* y) const {
+    linear(b, s, g, x, y);
+    for (int i = 0; i < d; ++i) y[i] += Acc(g_in(b, steps - 1 - s, g * d + i));
+  }
+  KOKKOS_INLINE_FUNCTION void store(int b, int s, int g, const Acc* y) const {
+    const int t = steps - 1 - s;
+    for (int i = 0; i < d; ++i) mu(b, t, g * d + i) = typename MuView::value_type(y[i]);
+    if constexpr (!std::is_same_v<DH0View, NoGradient>) {
+      if (t == 0) {
+        Acc J[D * D], dh[D];
+        jacobian(b, 0, g, J);
+        small_matvec(d, J, y, dh, true);
+        for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(dh[i]);
+      }
+    }
+  }
+};
+
+// dL/du at every (b, t, group) and the parameter sums of each run of t; run r of batch b covers
+// steps [r * run_length, (r + 1) * run_length).
+template <class Acc, class Cell, class UView, class HView, class H0View, class MuView, class DUView, class PartialView>
+struct LocalGradients {
+  static constexpr int D = cell_group_bound<Cell>;
+  Cell cell;
+  UView u;
+  StoredIterate<HView, H0View> trajectory;
+  MuView mu;
+  DUView du;
+  PartialView partial; // [B * runs, param_count]
+  int steps, groups, d, runs, run_length;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
+    const int g = int(index % groups), run = int(index / groups % runs), b = int(index / groups / runs);
+    Acc sums[Cell::max_params_per_group] = {};
+    for (int t = run * run_length; t < Kokkos::min(steps, (run + 1) * run_length); ++t) {
+      Acc h_prev[D], in[Cell::max_inputs_per_group], m[D], dh[D], du_local[Cell::max_inputs_per_group],
+          dp[Cell::max_params_per_group];
+      trajectory.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+      gather_inputs<Acc>(cell, u, b, t, g, in);
+      for (int i = 0; i < d; ++i) m[i] = Acc(mu(b, t, g * d + i));
+      cell.vjp(g, h_prev, in, m, dh, du_local, dp);
+      for (int k = 0; k < cell.inputs_per_group(); ++k)
+        du(b, t, cell.input_column(g, k)) = typename DUView::value_type(du_local[k]);
+      for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
+    }
+    for (int k = 0; k < cell.params_per_group(); ++k) partial(std::size_t(b) * runs + run, cell.param_index(g, k)) = sums[k];
+  }
+};
+
+} // namespace detail
+
+template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
+          class DParamView, class H0View = ZeroInitialState, class DH0View = NoGradient>
+void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
+                     const DUView& du, const DParamView& dparams, const H0View& h0 = {}, const DH0View& dh0 = {},
+                     const ScanConfig& scan_config = {}) {
+  constexpr const char* fn = "paraseq::newton_backward";
+  using acc_t = detail::accumulation_t<Acc, UView>;
+  using memory_space = typename ExecSpace::memory_space;
+  detail::check_cell<Cell, acc_t>();
+  detail::check_newton_views<ExecSpace>(fn, cell, u, h, h0);
+  static_assert(Kokkos::is_view_v<GView> && GView::rank == 3, "paraseq::newton_backward: g must be a [B, T, N] View");
+  static_assert(Kokkos::is_view_v<DUView> && DUView::rank == 3, "paraseq::newton_backward: du must be a [B, T, U] View");
+  static_assert(Kokkos::is_view_v<DParamView> && DParamView::rank == 1,
+                "paraseq::newton_backward: dparams must be a rank-1 View of cell.param_count() values");
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename GView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<ExecSpace, typename DUView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<ExecSpace, typename DParamView::memory_space>::accessible,
+                "paraseq::newton_backward: g, du and dparams must be accessible from the execution space");
+  const long B = long(u.extent(0)), T = long(u.extent(1)), N = cell.state_size();
+  detail::require_extents(fn, "g", g, {B, T, N}, "the shape of h");
+  detail::require_extents(fn, "du", du, {B, T, cell.input_size()}, "the shape of u");
+  detail::require_extents(fn, "dparams", dparams, {cell.param_count()}, "[cell.param_count()]");
+  if constexpr (!std::is_same_v<DH0View, NoGradient>) {
+    static_assert(Kokkos::is_view_v<DH0View> && DH0View::rank == 2, "paraseq::newton_backward: dh0 must be a [B, N] View");
+    detail::require_extents(fn, "dh0", dh0, {B, N}, "[B, cell.state_size()]");
+  }
+
+  using structure = typename Cell::structure;
+  const int d = group_size<structure>(int(N));
+  const ScanShape shape{int(B), int(T), group_count<structure>(int(N)), d};
+  using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
+  const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
+  const detail::StoredIterate<HView, H0View> trajectory{h, h0, d};
+  using adjoint_t = detail::AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
+  ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d}, scan_config);
+
+  // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
+  const long threads = std::max<long>(1, B * shape.groups);
+  const int runs = int(std::clamp<long>(detail::ceil_div(space.concurrency(), threads), 1,
+                                        std::min<long>(64, std::max<long>(1, T / 64))));
+  const int run_length = int(detail::ceil_div(std::max<long>(1, T), runs));
+  using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
+  const partial_view partial(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
+  using local_t = detail::LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
+  Kokkos::parallel_for("paraseq::newton_local_gradients",
+                       Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
+                       local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
+  Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, cell.param_count()),
+                       detail::SumPartials<partial_view, DParamView>{partial, dparams});
+}
+
+} // namespace paraseq

@@ -1,0 +1,286 @@
+#pragma once
+// The kernels of the Newton solver (newton.hpp) that run on every element of the sequence: where a
+// pass finds the current iterate, the fused operands of one Newton iteration for the ordered scan,
+// a Picard sweep, the sequential loop and the residual max|F|.
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/linear_scan.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/solvers/cell.hpp>
+#include <paraseq/solvers/newton_config.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+
+namespace paraseq {
+
+namespace detail {
+
+inline constexpr const char* newton_fn = "paraseq::newton_solve";
+
+// Copies group g's inputs at (b, t) out of u.
+template <class Acc, class Cell, class UView>
+KOKKOS_INLINE_FUNCTION void gather_inputs(const Cell& cell, const UView& u, int b, int t, int g, Acc* in) {
+  for (int k = 0; k < cell.inputs_per_group(); ++k) in[k] = Acc(u(b, t, cell.input_column(g, k)));
+}
+
+// y = J x (transposed: y = J^T x) for a d x d row-major J.
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void small_matvec(int d, const Acc* J, const Acc* x, Acc* y, bool transposed) {
+  for (int i = 0; i < d; ++i) {
+    Acc sum = 0;
+    for (int j = 0; j < d; ++j) sum += (transposed ? J[j * d + i] : J[i * d + j]) * x[j];
+    y[i] = sum;
+  }
+}
+
+// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state).
+template <class HView, class H0View>
+struct StoredIterate { // h^k lives in a View
+  HView h;
+  H0View h0;
+  int d;
+  template <class Acc, class Cell, class UView>
+  KOKKOS_INLINE_FUNCTION void load(const Cell&, const UView&, int b, int t, int g, Acc* x) const {
+    if (t < 0) load_initial<Acc>(h0, b, g * d, d, x);
+    else
+      for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
+  }
+};
+
+template <class H0View>
+struct CellAtZeroIterate { // h^0_t = f(0, u_t), evaluated where it is needed
+  H0View h0;
+  int d;
+  template <class Acc, class Cell, class UView>
+  KOKKOS_INLINE_FUNCTION void load(const Cell& cell, const UView& u, int b, int t, int g, Acc* x) const {
+    if (t < 0) return load_initial<Acc>(h0, b, g * d, d, x);
+    Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group];
+    gather_inputs<Acc>(cell, u, b, t, g, in);
+    cell.step(g, zero, in, x);
+  }
+};
+
+template <class H0View>
+struct ZeroIterate { // h^0_t = 0
+  H0View h0;
+  int d;
+  template <class Acc, class Cell, class UView>
+  KOKKOS_INLINE_FUNCTION void load(const Cell&, const UView&, int b, int t, int g, Acc* x) const {
+    if (t < 0) load_initial<Acc>(h0, b, g * d, d, x);
+    else
+      for (int i = 0; i < d; ++i) x[i] = Acc(0);
+  }
+};
+
+// The fused operands of one Newton iteration for the ordered scan (state: delta). With Quasi the
+// scan is diagonal over channels and uses only J's diagonal; otherwise its groups are the cell's.
+template <class Acc, class Cell, bool Quasi, class UView, class Iterate, class HOut>
+struct NewtonLinearization {
+  static constexpr int D = cell_group_bound<Cell>;
+  Cell cell;
+  UView u;
+  Iterate old;
+  HOut h_new;
+  Acc omega;
+  int d; // the cell's group size
+
+  KOKKOS_INLINE_FUNCTION int cell_group(int g) const { return Quasi ? g / d : g; }
+
+  // f(h^k_{t-1}, u_t), J and h^k_t of the cell group holding scan group g.
+  KOKKOS_INLINE_FUNCTION void operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
+    Acc h_prev[D], in[Cell::max_inputs_per_group];
+    old.template load<Acc>(cell, u, b, t - 1, cell_group(g), h_prev);
+    old.template load<Acc>(cell, u, b, t, cell_group(g), h_t);
+    gather_inputs<Acc>(cell, u, b, t, cell_group(g), in);
+    cell.linearize(cell_group(g), h_prev, in, f, J);
+  }
+  KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {
+    for (int i = 0; i < (Quasi ? 1 : d); ++i) x[i] = Acc(0);
+  }
+  KOKKOS_INLINE_FUNCTION void linear(int b, int t, int g, const Acc* x, Acc* y) const {
+    Acc f[D], J[D * D], h_t[D];
+    operands(b, t, g, f, J, h_t);
+    if constexpr (Quasi) y[0] = J[(g % d) * (d + 1)] * x[0];
+    else small_matvec(d, J, x, y, false);
+  }
+  KOKKOS_INLINE_FUNCTION void affine(int b, int t, int g, const Acc* x, Acc* y) const {
+    Acc f[D], J[D * D], h_t[D];
+    operands(b, t, g, f, J, h_t);
+    if constexpr (Quasi) {
+      const int i = g % d;
+      y[0] = J[i * (d + 1)] * x[0] + f[i] - h_t[i];
+    } else {
+      small_matvec(d, J, x, y, false);
+      for (int i = 0; i < d; ++i) y[i] += f[i] - h_t[i];
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void store(int b, int t, int g, const Acc* delta) const {
+    Acc h_t[D];
+    old.template load<Acc>(cell, u, b, t, cell_group(g), h_t);
+    using out_t = typename HOut::value_type;
+    if constexpr (Quasi) h_new(b, t, g) = out_t(h_t[g % d] + omega * delta[0]);
+    else
+      for (int i = 0; i < d; ++i) h_new(b, t, g * d + i) = out_t(h_t[i] + omega * delta[i]);
+  }
+};
+
+// One Picard sweep, h^{k+1}_t = f(h^k_{t-1}, u_t), all (b, t, g) in parallel.
+template <class Acc, class Cell, class UView, class Iterate, class HOut>
+struct PicardSweep {
+  Cell cell;
+  UView u;
+  Iterate old;
+  HOut h_new;
+  int steps, groups, d;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
+    const int g = int(index % groups), t = int(index / groups % steps), b = int(index / groups / steps);
+    Acc h_prev[cell_group_bound<Cell>], in[Cell::max_inputs_per_group], f[cell_group_bound<Cell>];
+    old.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+    gather_inputs<Acc>(cell, u, b, t, g, in);
+    cell.step(g, h_prev, in, f);
+    for (int i = 0; i < d; ++i) h_new(b, t, g * d + i) = typename HOut::value_type(f[i]);
+  }
+};
+
+// Writes the iterate a source holds (the guess when no pass ran) into a View.
+template <class Acc, class Cell, class UView, class Iterate, class HOut>
+struct IterateCopy {
+  Cell cell;
+  UView u;
+  Iterate source;
+  HOut h;
+  int steps, groups, d;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
+    const int g = int(index % groups), t = int(index / groups % steps), b = int(index / groups / steps);
+    Acc x[cell_group_bound<Cell>];
+    source.template load<Acc>(cell, u, b, t, g, x);
+    for (int i = 0; i < d; ++i) h(b, t, g * d + i) = typename HOut::value_type(x[i]);
+  }
+};
+
+// The sequential loop: one thread per (batch, group); consecutive threads take consecutive groups.
+template <class Acc, class Cell, class UView, class HView, class H0View>
+struct SequentialRecurrence {
+  Cell cell;
+  UView u;
+  HView h;
+  H0View h0;
+  int steps, groups, d;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
+    const int g = int(index % groups), b = int(index / groups);
+    Acc x[cell_group_bound<Cell>], y[cell_group_bound<Cell>], in[Cell::max_inputs_per_group];
+    load_initial<Acc>(h0, b, g * d, d, x);
+    for (int t = 0; t < steps; ++t) {
+      gather_inputs<Acc>(cell, u, b, t, g, in);
+      cell.step(g, x, in, y);
+      for (int i = 0; i < d; ++i) {
+        h(b, t, g * d + i) = typename HView::value_type(y[i]);
+        x[i] = y[i];
+      }
+    }
+  }
+};
+
+// Per batch element, max over (t, channels) of |F_t| = |h_t - f(h_{t-1}, u_t)|; non-finite counts
+// as +infinity so that a NaN can never pass a threshold. Teams reduce slices; a second kernel
+// takes the max of each batch element's slices.
+template <class Acc, class ExecSpace, class Cell, class UView, class Iterate>
+struct ResidualSlices {
+  Cell cell;
+  UView u;
+  Iterate iterate;
+  Kokkos::View<double*, typename UView::memory_space> slice_max;
+  int steps, groups, d, slices;
+  double infinity;
+  KOKKOS_INLINE_FUNCTION void operator()(const typename Kokkos::TeamPolicy<ExecSpace>::member_type& team) const {
+    const int b = team.league_rank() / slices, slice = team.league_rank() % slices;
+    const long count = long(steps) * groups, per_slice = (count + slices - 1) / slices;
+    const long begin = slice * per_slice, end = Kokkos::min(count, begin + per_slice);
+    double slice_result = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, Kokkos::max(begin, end)),
+        [&](long index, double& running) {
+          const int t = int(index / groups), g = int(index % groups);
+          Acc h_prev[cell_group_bound<Cell>], h_t[cell_group_bound<Cell>], in[Cell::max_inputs_per_group],
+              f[cell_group_bound<Cell>];
+          iterate.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+          iterate.template load<Acc>(cell, u, b, t, g, h_t);
+          gather_inputs<Acc>(cell, u, b, t, g, in);
+          cell.step(g, h_prev, in, f);
+          for (int i = 0; i < d; ++i) {
+            const double e = double(Kokkos::abs(h_t[i] - f[i]));
+            if (!(e <= running)) running = Kokkos::isnan(e) ? infinity : e;
+          }
+        },
+        Kokkos::Max<double>(slice_result));
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { slice_max(team.league_rank()) = slice_result; });
+  }
+};
+
+template <class MemorySpace>
+struct ConvergenceFlags {
+  Kokkos::View<double*, MemorySpace> slice_max, residual;
+  Kokkos::View<int*, MemorySpace> converged;
+  int slices;
+  double threshold;
+  KOKKOS_INLINE_FUNCTION void operator()(int b) const {
+    double r = 0;
+    for (int s = 0; s < slices; ++s) r = Kokkos::max(r, slice_max(b * slices + s));
+    residual(b) = r;
+    if (converged.data()) converged(b) = r <= threshold;
+  }
+};
+
+// Fills residual [B] (and converged [B] when it is allocated) for the iterate; never syncs.
+template <class Acc, class ExecSpace, class Cell, class UView, class Iterate, class MemorySpace>
+void compute_residual(const ExecSpace& space, const Cell& cell, const UView& u, const Iterate& iterate,
+                      const ScanShape& shape, const Kokkos::View<double*, MemorySpace>& residual,
+                      const Kokkos::View<int*, MemorySpace>& converged, double threshold) {
+  const long work = long(shape.steps) * shape.groups;
+  const long want = detail::ceil_div(4 * std::max<long>(1, space.concurrency()), std::max(1, shape.batch));
+  const int slices = int(std::clamp<long>(std::min(want, detail::ceil_div(work, 256)), 1, 1 << 16));
+  Kokkos::View<double*, MemorySpace> slice_max(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_residual_slices"),
+      std::size_t(shape.batch) * slices);
+  using slices_t = ResidualSlices<Acc, ExecSpace, Cell, UView, Iterate>;
+  Kokkos::parallel_for("paraseq::newton_residual", Kokkos::TeamPolicy<ExecSpace>(space, shape.batch * slices, Kokkos::AUTO),
+                       slices_t{cell, u, iterate, slice_max, shape.steps, shape.groups, shape.group_size, slices,
+                                std::numeric_limits<double>::infinity()});
+  Kokkos::parallel_for("paraseq::newton_convergence", Kokkos::RangePolicy<ExecSpace>(space, 0, shape.batch),
+                       ConvergenceFlags<MemorySpace>{slice_max, residual, converged, slices, threshold});
+}
+
+// The only place the solver reads device data on the host: the largest residual of the batch.
+template <class ExecSpace, class MemorySpace>
+double read_residual_on_host(const ExecSpace& space, const Kokkos::View<double*, MemorySpace>& residual) {
+  ++newton_host_sync_counter();
+  double largest = 0;
+  Kokkos::parallel_reduce(
+      "paraseq::newton_max_residual", Kokkos::RangePolicy<ExecSpace>(space, 0, residual.extent(0)),
+      KOKKOS_LAMBDA(int b, double& m) {
+        if (!(residual(b) <= m)) m = residual(b);
+      },
+      Kokkos::Max<double>(largest));
+  space.fence("paraseq::newton_solve: read the residual");
+  return largest;
+}
+
+// out(p) = sum over rows r of partial(r, p), rows in order: a reduction without atomics.
+template <class PartialView, class OutView>
+struct SumPartials {
+  PartialView partial;
+  OutView out;
+  KOKKOS_INLINE_FUNCTION void operator()(int p) const {
+    typename PartialView::non_const_value_type sum = 0;
+    for (std::size_t r = 0; r < partial.extent(0); ++r) sum += partial(r, p);
+    out(p) = typename OutView::value_type(sum);
+  }
+};
+
+} // namespace detail
+
+} // namespace paraseq

@@ -1,0 +1,394 @@
+// User cells through the cell concept: an Elman cell with a dense recurrent matrix (the DEER dense
+// path) and its quasi-Newton variant, a block cell with a run-time state size, and the Jacobians
+// of every cell against central finite differences, on every enabled execution space.
+
+#include <paraseq/solvers/cells.hpp>
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
+
+#include "test_support.hpp"
+
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using ::testing::HasSubstr;
+
+using Host2 = Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using Host3 = Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+// h' = tanh(W h + u), W: [N, N] with N <= 32, u: [B, T, N]. One group holds the whole state; the
+// gradient slots are W's entries, row-major.
+template <class T, class MemorySpace>
+struct ElmanCell {
+  using structure = Dense;
+  static constexpr int max_inputs_per_group = max_dense_size;
+  static constexpr int max_params_per_group = max_dense_size * max_dense_size;
+
+  Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace> W;
+
+  int state_size() const { return int(W.extent(0)); }
+  int input_size() const { return state_size(); }
+  int param_count() const { return state_size() * state_size(); }
+  KOKKOS_FUNCTION int inputs_per_group() const { return int(W.extent(0)); }
+  KOKKOS_FUNCTION int params_per_group() const { return int(W.extent(0) * W.extent(0)); }
+  KOKKOS_FUNCTION int input_column(int, int k) const { return k; }
+  KOKKOS_FUNCTION int param_index(int, int k) const { return k; }
+  void check(const char* fn) const {
+    if (W.extent(0) != W.extent(1)) paraseq::detail::throw_invalid(fn, "cell.W", "shape " + paraseq::detail::shape_of(W), "a square [N, N]");
+  }
+
+  template <class Acc>
+  KOKKOS_FUNCTION void step(int, const Acc* h, const Acc* u, Acc* f) const {
+    const int n = int(W.extent(0));
+    for (int i = 0; i < n; ++i) {
+      Acc pre = u[i];
+      for (int j = 0; j < n; ++j) pre += Acc(W(i, j)) * h[j];
+      f[i] = Kokkos::tanh(pre);
+    }
+  }
+  template <class Acc>
+  KOKKOS_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+    step(g, h, u, f);
+    const int n = int(W.extent(0));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) J[i * n + j] = (Acc(1) - f[i] * f[i]) * Acc(W(i, j));
+  }
+  template <class Acc>
+  KOKKOS_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc* dparams) const {
+    const int n = int(W.extent(0));
+    Acc f[max_dense_size];
+    step(g, h, u, f);
+    for (int i = 0; i < n; ++i) du[i] = mu[i] * (Acc(1) - f[i] * f[i]);
+    for (int j = 0; j < n; ++j) {
+      Acc sum = 0;
+      for (int i = 0; i < n; ++i) {
+        sum += Acc(W(i, j)) * du[i];
+        dparams[i * n + j] = du[i] * h[j];
+      }
+      dh[j] = sum;
+    }
+  }
+};
+
+// Blocks of three channels coupled through their mean: f_i = tanh(s * sum over the block of h_j + u_i).
+// A run-time state size that must be a multiple of 3; no parameters.
+template <class MemorySpace>
+struct BlockMeanCell {
+  using structure = BlockDiagonal<3>;
+  static constexpr int max_inputs_per_group = 3;
+  static constexpr int max_params_per_group = 1;
+  int n;
+  double s;
+
+  int state_size() const { return n; }
+  int input_size() const { return n; }
+  int param_count() const { return 0; }
+  KOKKOS_FUNCTION int inputs_per_group() const { return 3; }
+  KOKKOS_FUNCTION int params_per_group() const { return 0; }
+  KOKKOS_FUNCTION int input_column(int g, int k) const { return 3 * g + k; }
+  KOKKOS_FUNCTION int param_index(int, int) const { return 0; }
+  void check(const char*) const {}
+
+  template <class Acc>
+  KOKKOS_FUNCTION void step(int, const Acc* h, const Acc* u, Acc* f) const {
+    for (int i = 0; i < 3; ++i) f[i] = Kokkos::tanh(Acc(s) * (h[0] + h[1] + h[2]) + u[i]);
+  }
+  template <class Acc>
+  KOKKOS_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+    step(g, h, u, f);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) J[i * 3 + j] = Acc(s) * (Acc(1) - f[i] * f[i]);
+  }
+  template <class Acc>
+  KOKKOS_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc*) const {
+    Acc f[3];
+    step(g, h, u, f);
+    Acc total = 0;
+    for (int i = 0; i < 3; ++i) {
+      du[i] = mu[i] * (Acc(1) - f[i] * f[i]);
+      total += du[i];
+    }
+    for (int j = 0; j < 3; ++j) dh[j] = Acc(s) * total;
+  }
+};
+
+Host3 elman_sequential(const Host2& W, const Host3& u, const Host2& h0 = {}) {
+  const int B = int(u.extent(0)), T = int(u.extent(1)), N = int(W.extent(0));
+  Host3 h("elman_reference", B, T, N);
+  for (int b = 0; b < B; ++b) {
+    std::vector<double> state(N), next(N);
+    for (int i = 0; i < N; ++i) state[i] = h0.data() ? h0(b, i) : 0;
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < N; ++i) {
+        double pre = u(b, t, i);
+        for (int j = 0; j < N; ++j) pre += W(i, j) * state[j];
+        next[i] = std::tanh(pre);
+      }
+      state = next;
+      for (int i = 0; i < N; ++i) h(b, t, i) = state[i];
+    }
+  }
+  return h;
+}
+
+template <class View>
+Host3 as_double3(const View& view) {
+  auto host = to_host(view);
+  Host3 out("double", host.extent(0), host.extent(1), host.extent(2));
+  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
+  return out;
+}
+
+template <class View>
+Host2 as_double2(const View& view) {
+  auto host = to_host(view);
+  Host2 out("double", host.extent(0), host.extent(1));
+  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
+  return out;
+}
+
+template <class Space>
+class Cells : public ::testing::Test {};
+TYPED_TEST_SUITE(Cells, ExecutionSpaces, SpaceName);
+
+// For every group at a random (h, u): max |J - J_fd| (central differences of step) and
+// max |vjp's dh - J^T mu|, both relative to the largest entry of J.
+template <class Space, class Cell>
+void expect_derivatives_consistent(const Cell& cell, unsigned seed) {
+  using structure = typename Cell::structure;
+  constexpr int D = structure::max_group_size;
+  const int N = cell.state_size(), d = group_size<structure>(N), groups = group_count<structure>(N);
+  View1<double, Space> h("h", N), u("u", cell.input_size()), mu("mu", N), errors("errors", 2 * groups);
+  fill_uniform(h, -0.9, 0.9, seed);
+  fill_uniform(u, -1, 1, seed + 1);
+  fill_uniform(mu, -1, 1, seed + 2);
+  Kokkos::parallel_for(
+      "test::cell_derivatives", Kokkos::RangePolicy<Space>(0, groups), KOKKOS_LAMBDA(int g) {
+        double hg[D], ug[Cell::max_inputs_per_group], mug[D], f[D], J[D * D], up[D], down[D], dh[D],
+            du[Cell::max_inputs_per_group], dp[Cell::max_params_per_group];
+        for (int i = 0; i < d; ++i) {
+          hg[i] = h(g * d + i);
+          mug[i] = mu(g * d + i);
+        }
+        for (int k = 0; k < cell.inputs_per_group(); ++k) ug[k] = u(cell.input_column(g, k));
+        cell.linearize(g, hg, ug, f, J);
+        double jacobian_error = 0, vjp_error = 0, scale = 1e-300;
+        for (int j = 0; j < d; ++j) {
+          const double saved = hg[j], step = 1e-6;
+          hg[j] = saved + step;
+          cell.step(g, hg, ug, up);
+          hg[j] = saved - step;
+          cell.step(g, hg, ug, down);
+          hg[j] = saved;
+          for (int i = 0; i < d; ++i) {
+            jacobian_error = Kokkos::fmax(jacobian_error, Kokkos::fabs(J[i * d + j] - (up[i] - down[i]) / (2 * step)));
+            scale = Kokkos::fmax(scale, Kokkos::fabs(J[i * d + j]));
+          }
+        }
+        cell.vjp(g, hg, ug, mug, dh, du, dp);
+        for (int j = 0; j < d; ++j) {
+          double transposed = 0;
+          for (int i = 0; i < d; ++i) transposed += J[i * d + j] * mug[i];
+          vjp_error = Kokkos::fmax(vjp_error, Kokkos::fabs(dh[j] - transposed));
+        }
+        errors(2 * g) = jacobian_error / scale;
+        errors(2 * g + 1) = vjp_error / scale;
+      });
+  auto host = to_host(errors);
+  for (int g = 0; g < groups; ++g) {
+    EXPECT_LE(host(2 * g), 1e-8) << "Jacobian of group " << g;
+    EXPECT_LE(host(2 * g + 1), 1e-13) << "vjp of group " << g;
+  }
+}
+
+TYPED_TEST(Cells, JacobiansMatchFiniteDifferences) {
+  using Space = TypeParam;
+  using memory = typename Space::memory_space;
+  View2<double, Space> a("a", 3, 6), p("p", 2, 6), W("W", 9, 9);
+  fill_uniform(a, -1.5, 1.5, 1);
+  fill_uniform(p, -1.5, 1.5, 2);
+  fill_uniform(W, -0.5, 0.5, 3);
+  expect_derivatives_consistent<Space>(ParaGRU<double, memory>{a}, 10);
+  expect_derivatives_consistent<Space>(ParaLSTM<double, memory>{a, p}, 20);
+  expect_derivatives_consistent<Space>(ElmanCell<double, memory>{W}, 30);
+  expect_derivatives_consistent<Space>(BlockMeanCell<memory>{9, 0.4}, 40);
+}
+
+// Contractive W: rows scaled so that |J| < 1.
+template <class Space>
+View2<double, Space> contractive_matrix(int N, unsigned seed, double bound = 0.9) {
+  View2<double, Space> W("W", N, N);
+  fill_uniform(W, -bound / std::sqrt(double(N)), bound / std::sqrt(double(N)), seed);
+  return W;
+}
+
+TYPED_TEST(Cells, ElmanDenseNewtonMatchesSequentialLoop) {
+  using Space = TypeParam;
+  for (int N : {8, 32}) {
+    SCOPED_TRACE("N=" + std::to_string(N));
+    const int B = 2, T_steps = N == 8 ? 500 : 100;
+    const auto W = contractive_matrix<Space>(N, 100 + N);
+    View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N);
+    View2<double, Space> h0("h0", B, N);
+    fill_uniform(u, -0.5, 0.5, 200 + N);
+    fill_uniform(h0, -0.5, 0.5, 300 + N);
+    const Host3 reference = elman_sequential(as_double2(W), as_double3(u), as_double2(h0));
+    const ElmanCell<double, typename Space::memory_space> cell{W};
+    for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+      SCOPED_TRACE("mode=" + std::to_string(int(mode)));
+      NewtonConfig config;
+      config.mode = mode;
+      config.max_iters = 6;
+      config.fused_window = 40;
+      Kokkos::deep_copy(h, NAN);
+      newton_solve(Space{}, cell, u, h, config, h0);
+      EXPECT_LE(max_relative_error(h, reference), 1e-10);
+    }
+  }
+}
+
+// Quasi-Newton keeps only diag(J): it still converges, but linearly, so it needs more iterations
+// than the exact dense Newton to reach the same residual.
+TYPED_TEST(Cells, ElmanQuasiNewtonConvergesMoreSlowly) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 300, N = 6;
+  const auto W = contractive_matrix<Space>(N, 7, 0.6);
+  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N);
+  fill_uniform(u, -0.5, 0.5, 8);
+  const Host3 reference = elman_sequential(as_double2(W), as_double3(u));
+  const ElmanCell<double, typename Space::memory_space> cell{W};
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.max_iters = 60;
+  config.residual_atol = 1e-13;
+  NewtonStats<typename Space::memory_space> exact, quasi;
+  newton_solve(Space{}, cell, u, h, config, ZeroInitialState{}, &exact);
+  EXPECT_LE(max_relative_error(h, reference), 1e-11);
+  config.jacobian = NewtonJacobian::quasi;
+  Kokkos::deep_copy(h, NAN);
+  newton_solve(Space{}, cell, u, h, config, ZeroInitialState{}, &quasi);
+  EXPECT_LE(max_relative_error(h, reference), 1e-11);
+  EXPECT_GT(quasi.iterations, exact.iterations);
+  EXPECT_LT(quasi.iterations, config.max_iters);
+}
+
+TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 5, N = 4;
+  const auto W = contractive_matrix<Space>(N, 11, 1.5);
+  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), g("g", B, T_steps, N), du("du", B, T_steps, N);
+  View2<double, Space> h0("h0", B, N), dh0("dh0", B, N);
+  View1<double, Space> dW("dW", N * N);
+  fill_uniform(u, -1, 1, 12);
+  fill_uniform(h0, -0.5, 0.5, 13);
+  fill_uniform(g, -1, 1, 14);
+  const ElmanCell<double, typename Space::memory_space> cell{W};
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.max_iters = T_steps; // exact after T iterations
+  newton_solve(Space{}, cell, u, h, config, h0);
+  newton_backward(Space{}, cell, u, h, g, du, dW, h0, dh0);
+
+  Host3 hu = as_double3(u), hg = as_double3(g);
+  Host2 hW = as_double2(W), hh0 = as_double2(h0);
+  auto loss = [&]() {
+    const Host3 hh = elman_sequential(hW, hu, hh0);
+    double sum = 0;
+    for (std::size_t i = 0; i < hh.span(); ++i) sum += hg.data()[i] * hh.data()[i];
+    return sum;
+  };
+  auto expect_gradient = [&](const auto& analytic, double* values, std::size_t count, const char* name) {
+    auto host = to_host(analytic);
+    double error = 0, scale = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double saved = values[i];
+      values[i] = saved + 1e-6;
+      const double up = loss();
+      values[i] = saved - 1e-6;
+      const double down = loss();
+      values[i] = saved;
+      const double numeric = (up - down) / 2e-6;
+      error = std::fmax(error, std::fabs(host.data()[i] - numeric));
+      scale = std::fmax(scale, std::fabs(numeric));
+    }
+    EXPECT_LE(error / scale, 1e-6) << name;
+  };
+  expect_gradient(du, hu.data(), hu.span(), "du");
+  expect_gradient(dW, hW.data(), hW.span(), "dW");
+  expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+}
+
+TYPED_TEST(Cells, BlockCellMatchesSequentialLoopAndRejectsStateSizesOffTheBlock) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 400, N = 9;
+  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), seq("seq", B, T_steps, N);
+  fill_uniform(u, -1, 1, 21);
+  const BlockMeanCell<typename Space::memory_space> cell{N, 0.25};
+  NewtonConfig config;
+  config.mode = NewtonMode::sequential;
+  newton_solve(Space{}, cell, u, seq, config);
+  // The loop above is the reference only if it is one: check its first step by hand.
+  auto hu = to_host(u);
+  auto hs = to_host(seq);
+  EXPECT_NEAR(hs(0, 0, 4), std::tanh(hu(0, 0, 4)), 1e-15);
+  EXPECT_NEAR(hs(0, 1, 4), std::tanh(0.25 * (hs(0, 0, 3) + hs(0, 0, 4) + hs(0, 0, 5)) + hu(0, 1, 4)), 1e-15);
+  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused}) {
+    config.mode = mode;
+    config.max_iters = 5;
+    newton_solve(Space{}, cell, u, h, config);
+    EXPECT_LE(max_relative_error(h, to_host(seq)), 1e-12);
+  }
+
+  View3<double, Space> u7("u7", B, T_steps, 7), h7("h7", B, T_steps, 7);
+  try {
+    newton_solve(Space{}, BlockMeanCell<typename Space::memory_space>{7, 0.25}, u7, h7);
+    ADD_FAILURE() << "a state size of 7 with blocks of 3 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("state size 7"));
+    EXPECT_THAT(e.what(), HasSubstr("a multiple of the block size 3"));
+  }
+}
+
+TYPED_TEST(Cells, ElmanWithLargeJacobianRaisesDivergence) {
+  using Space = TypeParam;
+  const int B = 1, T_steps = 200, N = 6;
+  const auto W = contractive_matrix<Space>(N, 31, 12.0); // |J| >> 1: a chaotic tanh network
+  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N);
+  fill_uniform(u, -1, 1, 32);
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.residual_fail = 1e-6;
+  try {
+    newton_solve(Space{}, ElmanCell<double, typename Space::memory_space>{W}, u, h, config);
+    ADD_FAILURE() << "no NewtonDivergenceError";
+  } catch (const NewtonDivergenceError& e) {
+    EXPECT_GT(e.residual(), 1e-6);
+    EXPECT_EQ(e.iteration(), 3);
+    EXPECT_THAT(e.what(), HasSubstr("residual_fail"));
+  }
+}
+
+TYPED_TEST(Cells, DenseStateLargerThan32IsRejected) {
+  using Space = TypeParam;
+  View2<double, Space> W("W", 33, 33);
+  View3<double, Space> u("u", 1, 4, 33), h("h", 1, 4, 33);
+  EXPECT_THROW(
+      {
+        try {
+          newton_solve(Space{}, ElmanCell<double, typename Space::memory_space>{W}, u, h);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_THAT(e.what(), HasSubstr("1 <= N <= 32"));
+          throw;
+        }
+      },
+      std::invalid_argument);
+}
+
+} // namespace

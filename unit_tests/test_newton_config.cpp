@@ -1,0 +1,243 @@
+// NewtonConfig behaviour (early stop, divergence, Picard restarts, damping, the compile-safe preset,
+// the automatic mode) and the errors bad input raises, on every enabled execution space.
+
+#include <paraseq/solvers/cells.hpp>
+#include <paraseq/solvers/input_projection.hpp>
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
+
+#include "test_support.hpp"
+
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <functional>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+template <class Space>
+struct Gru {
+  using cell_type = ParaGRU<double, typename Space::memory_space>;
+  View2<double, Space> a;
+  View3<double, Space> u, h;
+  Gru(int B, int T_steps, int H, double a_bound, unsigned seed)
+      : a("a", 3, H), u("u", B, T_steps, 3 * H), h("h", B, T_steps, H) {
+    fill_uniform(a, -a_bound, a_bound, seed);
+    fill_uniform(u, -0.5, 0.5, seed + 1);
+  }
+  cell_type cell() const { return {a}; }
+  // The sequential loop of this library, itself checked against a float64 loop in test_newton.cpp.
+  View3<double, Space> sequential() const {
+    View3<double, Space> reference("reference", h.extent(0), h.extent(1), h.extent(2));
+    NewtonConfig config;
+    config.mode = NewtonMode::sequential;
+    newton_solve(Space{}, cell(), u, reference, config);
+    return reference;
+  }
+};
+
+template <class Space>
+class NewtonConfiguration : public ::testing::Test {};
+TYPED_TEST_SUITE(NewtonConfiguration, ExecutionSpaces, SpaceName);
+
+TYPED_TEST(NewtonConfiguration, ResidualAtolStopsEarly) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 1000, 4, 0.5, 1);
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.max_iters = 20;
+  config.residual_atol = 1e-12;
+  NewtonStats<typename Space::memory_space> stats;
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
+  EXPECT_GE(stats.iterations, 2);
+  EXPECT_LE(stats.iterations, 5); // quadratic convergence from f(0, u)
+  auto residual = to_host(stats.residual);
+  auto converged = to_host(stats.converged);
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_LE(residual(b), 1e-12);
+    EXPECT_EQ(converged(b), 1);
+  }
+  EXPECT_LE(max_relative_error(problem.h, to_host(problem.sequential())), 1e-11);
+}
+
+TYPED_TEST(NewtonConfiguration, ResidualFailRaisesOnNonFiniteInput) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 300, 3, 0.5, 11);
+  Kokkos::deep_copy(Kokkos::subview(problem.u, 1, 50, 4), NAN);
+  NewtonConfig config;
+  config.residual_fail = 1e-6;
+  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+    SCOPED_TRACE("mode=" + std::to_string(int(mode)));
+    config.mode = mode;
+    try {
+      newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+      ADD_FAILURE() << "no NewtonDivergenceError";
+    } catch (const NewtonDivergenceError& e) {
+      EXPECT_TRUE(std::isinf(e.residual()));
+      EXPECT_EQ(e.iteration(), mode == NewtonMode::sequential ? 0 : 3);
+    }
+  }
+}
+
+// Without residual_fail a NaN in u gives NaN in h, from its step on, in its batch element only.
+TYPED_TEST(NewtonConfiguration, NonFiniteInputGivesNaNWithoutResidualFail) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 300, 3, 0.5, 21);
+  Kokkos::deep_copy(Kokkos::subview(problem.u, 1, 50, 4), NAN); // batch 1, step 50, gate r of channel 1
+  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+    SCOPED_TRACE("mode=" + std::to_string(int(mode)));
+    NewtonConfig config;
+    config.mode = mode;
+    newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+    auto h = to_host(problem.h);
+    EXPECT_TRUE(std::isnan(h(1, 50, 1)));
+    EXPECT_TRUE(std::isnan(h(1, 299, 1)));
+    for (int t = 0; t < 300; ++t)
+      for (int n = 0; n < 3; ++n) ASSERT_TRUE(std::isfinite(h(0, t, n))) << "batch 0 is independent";
+  }
+}
+
+// Picard sweeps make one more step exact each; a short, strongly nonlinear sequence that one
+// Newton iteration cannot solve is solved after the restarts add enough of them.
+TYPED_TEST(NewtonConfiguration, PicardAdaptRetries) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 8, 3, 4.0, 31);
+  fill_uniform(problem.u, -2, 2, 32);
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.max_iters = 1;
+  config.residual_fail = 1e-12;
+  EXPECT_THROW(newton_solve(Space{}, problem.cell(), problem.u, problem.h, config), NewtonDivergenceError);
+  config.picard_adapt = true;
+  NewtonStats<typename Space::memory_space> stats;
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
+  EXPECT_GE(stats.picard_sweeps, 1);
+  EXPECT_LE(stats.picard_sweeps, 8);
+  EXPECT_LE(max_relative_error(problem.h, to_host(problem.sequential())), 1e-12);
+}
+
+TYPED_TEST(NewtonConfiguration, PicardSweepsBeforeNewton) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 500, 3, 0.5, 41);
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.picard_iters = 3;
+  config.max_iters = 4;
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_LE(max_relative_error(problem.h, to_host(problem.sequential())), 1e-12);
+}
+
+TYPED_TEST(NewtonConfiguration, CompileSafePresetNeverSyncs) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 700, 5, 0.5, 51);
+  View3<double, Space> g("g", 2, 700, 5), du("du", 2, 700, 15);
+  View1<double, Space> da("da", 15);
+  NewtonConfig config = compile_safe_config();
+  ASSERT_TRUE(is_compile_safe(config));
+  NewtonStats<typename Space::memory_space> stats;
+  const long before = newton_host_syncs();
+  for (NewtonMode mode : {NewtonMode::automatic, NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+    config.mode = mode;
+    newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
+  }
+  newton_backward(Space{}, problem.cell(), problem.u, problem.h, g, du, da);
+  EXPECT_EQ(newton_host_syncs(), before);
+
+  // The hook sees the reads a residual-driven config makes.
+  config.mode = NewtonMode::newton;
+  config.residual_atol = 1e-300;
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_EQ(newton_host_syncs(), before + config.max_iters);
+}
+
+TYPED_TEST(NewtonConfiguration, DampedNewtonStillConverges) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 1000, 4, 0.5, 61);
+  NewtonConfig config;
+  config.mode = NewtonMode::newton;
+  config.omega = 0.6;
+  config.max_iters = 60;
+  const auto reference = to_host(problem.sequential());
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_LE(max_relative_error(problem.h, reference), 1e-12);
+  config.mode = NewtonMode::fused;
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_LE(max_relative_error(problem.h, reference), 1e-12);
+  config.max_iters = 3; // damping slows convergence: three damped steps are not enough
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_GT(max_relative_error(problem.h, reference), 1e-6);
+}
+
+TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
+  using Space = TypeParam;
+  const int concurrency = Space().concurrency();
+  NewtonStats<typename Space::memory_space> stats;
+  Gru<Space> wide(concurrency, 50, 2, 0.5, 71); // B x groups >= concurrency
+  newton_solve(Space{}, wide.cell(), wide.u, wide.h, NewtonConfig{}, ZeroInitialState{}, &stats);
+  EXPECT_EQ(stats.mode, NewtonMode::sequential);
+  if (concurrency == 1) return; // every shape fills a one-thread space
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
+  Gru<Space> narrow(1, 100, 1, 0.5, 72);
+  newton_solve(Space{}, narrow.cell(), narrow.u, narrow.h, NewtonConfig{}, ZeroInitialState{}, &stats);
+  EXPECT_EQ(stats.mode, NewtonMode::fused);
+  Gru<Space> long_narrow(1, 5000, 1, 0.5, 73);
+  newton_solve(Space{}, long_narrow.cell(), long_narrow.u, long_narrow.h, NewtonConfig{}, ZeroInitialState{}, &stats);
+  EXPECT_EQ(stats.mode, on_host ? NewtonMode::newton : NewtonMode::fused);
+  NewtonConfig with_atol;
+  with_atol.residual_atol = 1e-9;
+  newton_solve(Space{}, narrow.cell(), narrow.u, narrow.h, with_atol, ZeroInitialState{}, &stats);
+  EXPECT_EQ(stats.mode, NewtonMode::newton);
+}
+
+template <class Call>
+void expect_invalid(Call&& call, const std::string& argument, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "no exception for " << argument;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("'" + argument + "'"), HasSubstr(expected)));
+  }
+}
+
+TYPED_TEST(NewtonConfiguration, BadInputRaisesClearErrors) {
+  using Space = TypeParam;
+  using memory = typename Space::memory_space;
+  const int B = 2, T_steps = 10, H = 4;
+  View2<double, Space> a("a", 3, H), a_bad("a_bad", 2, H), p("p", 2, H), p_bad("p_bad", 2, H + 1), h0_bad("h0", B, H + 1);
+  View3<double, Space> u("u", B, T_steps, 3 * H), u_bad("u_bad", B, T_steps, 3 * H + 1), h("h", B, T_steps, H),
+      h_bad("h_bad", B, T_steps + 1, H), g("g", B, T_steps, H), du("du", B, T_steps, 3 * H),
+      du_bad("du_bad", B, T_steps, H);
+  View1<double, Space> da("da", 3 * H), da_bad("da_bad", 3 * H - 1);
+  const ParaGRU<double, memory> gru{a};
+  expect_invalid([&] { newton_solve(Space{}, gru, u_bad, h); }, "u", "[2, 10, 12]");
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h_bad); }, "h", "[2, 10, 4]");
+  expect_invalid([&] { newton_solve(Space{}, ParaGRU<double, memory>{a_bad}, u, h); }, "cell.a", "[3, H]");
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, NewtonConfig{}, h0_bad); }, "h0", "[2, 4]");
+  View3<double, Space> lstm_h("lstm_h", B, T_steps, 2 * H);
+  expect_invalid([&] { newton_solve(Space{}, ParaLSTM<double, memory>{a, p_bad}, u, lstm_h); }, "cell.p", "[2, 4]");
+  expect_invalid([&] { newton_backward(Space{}, gru, u, h, g, du_bad, da); }, "du", "[2, 10, 12]");
+  expect_invalid([&] { newton_backward(Space{}, gru, u, h, g, du, da_bad); }, "dparams", "[12]");
+
+  NewtonConfig config;
+  config.omega = 0;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.omega", "0 < omega <= 1");
+  config = NewtonConfig{};
+  config.mode = NewtonMode::fused;
+  config.residual_atol = 1e-6;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.mode", "fixed iteration count");
+  config = NewtonConfig{};
+  config.picard_adapt = true;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.picard_adapt", "residual_fail");
+
+  View3<double, Space> x("x", B, T_steps, 5);
+  View2<double, Space> W_bad("W", 3 * H, 6);
+  View1<double, Space> bias("b", 3 * H);
+  expect_invalid([&] { project_inputs(Space{}, x, W_bad, bias, u); }, "W", "[U, D] with D from x");
+}
+
+} // namespace

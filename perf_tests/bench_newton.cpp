@@ -1,0 +1,101 @@
+// ParaGRU forward and forward+backward through newton_solve in its three modes, and the input
+// projection GEMM. Shapes (B, T, H): the anchors (16, 4096, 1024) and (8, 16384, 512), a long
+// sequence with a small batch (1, 65536, 256), and (1, 262144, 4), where B x H is below the
+// thread count of any machine, so the automatic rule picks Newton over the sequential loop.
+//
+// Counters: bytes are the compulsory traffic of the fused ideal (read u, 3 values per element, and
+// write h once; the backward also reads h and g and writes du); flops are the useful arithmetic of
+// one sequential pass (about 25 per element forward, 45 backward), so GFLOP/s compares modes by the
+// work the answer needs, not by the work each mode does.
+
+#include "bench_support.hpp"
+
+#include <paraseq/solvers/cells.hpp>
+#include <paraseq/solvers/input_projection.hpp>
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
+
+#include <Kokkos_Random.hpp>
+
+#include <tuple>
+
+namespace {
+
+using paraseq::bench::Space;
+using memory = Space::memory_space;
+using View1 = Kokkos::View<float*, Kokkos::LayoutRight, memory>;
+using View2 = Kokkos::View<float**, Kokkos::LayoutRight, memory>;
+using View3 = Kokkos::View<float***, Kokkos::LayoutRight, memory>;
+
+constexpr double forward_flops_per_element = 25, backward_flops_per_element = 45;
+
+template <class View>
+void fill(const View& view, float bound, unsigned seed) {
+  Kokkos::Random_XorShift64_Pool<Space> pool(seed);
+  Kokkos::fill_random(view, pool, -bound, bound);
+}
+
+struct GruProblem {
+  View2 a;
+  View3 u, h;
+  GruProblem(int B, int T, int H) : a("a", 3, H), u("u", B, T, 3 * H), h("h", B, T, H) {
+    fill(a, 0.5f, 1);
+    fill(u, 1.0f, 2);
+  }
+  paraseq::ParaGRU<float, memory> cell() const { return {a}; }
+};
+
+paraseq::NewtonMode mode_of(const benchmark::State& state) { return paraseq::NewtonMode(state.range(3)); }
+
+void gru_forward(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
+  config.mode = mode_of(state);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+    paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
+  });
+}
+
+void gru_forward_backward(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  View3 g("g", B, T, H), du("du", B, T, 3 * H);
+  View1 da("da", 3 * H);
+  fill(g, 1.0f, 3);
+  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
+  config.mode = mode_of(state);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, (16 + 32) * elements, (forward_flops_per_element + backward_flops_per_element) * elements,
+                              [&](const Space& space) {
+                                paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
+                                paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da);
+                              });
+}
+
+void gru_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "mode"});
+  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::sequential,
+                    paraseq::NewtonMode::automatic}) {
+    for (auto [B, T, H] : {std::tuple{16, 4096, 1024}, {8, 16384, 512}, {1, 65536, 256}, {1, 262144, 4}})
+      bench->Args({B, T, H, long(mode)});
+  }
+}
+PARASEQ_BENCHMARK(gru_forward)->Apply(gru_shapes);
+PARASEQ_BENCHMARK(gru_forward_backward)->Apply(gru_shapes);
+
+// u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
+void projection_gemm(benchmark::State& state) {
+  const int M = int(state.range(0)), D = int(state.range(1)), U = int(state.range(2));
+  Kokkos::View<float***, Kokkos::LayoutRight, memory> x("x", 1, M, D), u("u", 1, M, U);
+  View2 W("W", U, D);
+  View1 bias("b", U);
+  fill(x, 1.0f, 4);
+  fill(W, 0.1f, 5);
+  paraseq::bench::time_fenced(state, 4.0 * (double(M) * D + double(U) * D + double(M) * U), 2.0 * M * D * U,
+                              [&](const Space& space) { paraseq::project_inputs(space, x, W, bias, u); });
+}
+PARASEQ_BENCHMARK(projection_gemm)->ArgNames({"M", "D", "U"})->Args({16384, 256, 768})->Args({65536, 256, 768});
+
+} // namespace

@@ -30,9 +30,13 @@ int main(int argc, char** argv) {
   Kokkos::fill_random(space, a, pool, -0.5f, 0.5f);
   const paraseq::ParaGRU<float, memory> cell{a};
 
-  // Forward: a fixed K = 3 with no host synchronisation inside the solve.
+  // Forward: a fixed K = 3 with no host synchronisation inside the solve. The automatic mode would
+  // pick the sequential loop when B x H alone fills the machine; Newton is asked for explicitly here
+  // to compare the two.
   paraseq::project_inputs(space, x, W, b, u);
-  paraseq::newton_solve(space, cell, u, h, paraseq::compile_safe_config(3));
+  paraseq::NewtonConfig newton = paraseq::compile_safe_config(3);
+  newton.mode = paraseq::NewtonMode::newton;
+  paraseq::newton_solve(space, cell, u, h, newton);
 
   paraseq::NewtonConfig loop;
   loop.mode = paraseq::NewtonMode::sequential;

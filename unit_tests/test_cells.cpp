@@ -119,6 +119,29 @@ struct BlockMeanCell {
   }
 };
 
+// The concept accepts the library's and this file's cells and rejects a cell without its vjp (the
+// solver's static_assert then names the missing vjp).
+struct CellWithoutVjp {
+  using structure = Diagonal;
+  static constexpr int max_inputs_per_group = 1;
+  static constexpr int max_params_per_group = 1;
+  int state_size() const { return 1; }
+  int input_size() const { return 1; }
+  int param_count() const { return 0; }
+  int inputs_per_group() const { return 1; }
+  int params_per_group() const { return 0; }
+  int input_column(int, int) const { return 0; }
+  int param_index(int, int) const { return 0; }
+  void check(const char*) const {}
+  template <class Acc>
+  void step(int, const Acc* h, const Acc* u, Acc* f) const { f[0] = h[0] + u[0]; }
+  template <class Acc>
+  void linearize(int, const Acc* h, const Acc* u, Acc* f, Acc* J) const { f[0] = h[0] + u[0], J[0] = 1; }
+};
+static_assert(NewtonCell<ParaGRU<float>, float> && NewtonCell<ParaLSTM<double>, double>);
+static_assert(NewtonCell<ElmanCell<double, Kokkos::HostSpace>, double> && NewtonCell<BlockMeanCell<Kokkos::HostSpace>, float>);
+static_assert(!NewtonCell<CellWithoutVjp, double> && paraseq::detail::has_cell_linearize<CellWithoutVjp, double>);
+
 Host3 elman_sequential(const Host2& W, const Host3& u, const Host2& h0 = {}) {
   const int B = int(u.extent(0)), T = int(u.extent(1)), N = int(W.extent(0));
   Host3 h("elman_reference", B, T, N);

@@ -175,23 +175,27 @@ TYPED_TEST(NewtonConfiguration, DampedNewtonStillConverges) {
 
 TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
   using Space = TypeParam;
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
   const int concurrency = Space().concurrency();
   NewtonStats<typename Space::memory_space> stats;
-  Gru<Space> wide(concurrency, 50, 2, 0.5, 71); // B x groups >= concurrency
-  newton_solve(Space{}, wide.cell(), wide.u, wide.h, NewtonConfig{}, ZeroInitialState{}, &stats);
-  EXPECT_EQ(stats.mode, NewtonMode::sequential);
-  if (concurrency == 1) return; // every shape fills a one-thread space
-  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
-  Gru<Space> narrow(1, 100, 1, 0.5, 72);
-  newton_solve(Space{}, narrow.cell(), narrow.u, narrow.h, NewtonConfig{}, ZeroInitialState{}, &stats);
-  EXPECT_EQ(stats.mode, NewtonMode::fused);
-  Gru<Space> long_narrow(1, 5000, 1, 0.5, 73);
-  newton_solve(Space{}, long_narrow.cell(), long_narrow.u, long_narrow.h, NewtonConfig{}, ZeroInitialState{}, &stats);
-  EXPECT_EQ(stats.mode, on_host ? NewtonMode::newton : NewtonMode::fused);
-  NewtonConfig with_atol;
-  with_atol.residual_atol = 1e-9;
-  newton_solve(Space{}, narrow.cell(), narrow.u, narrow.h, with_atol, ZeroInitialState{}, &stats);
-  EXPECT_EQ(stats.mode, NewtonMode::newton);
+  auto mode_for = [&](int B, int T_steps, int H, NewtonConfig config) {
+    Gru<Space> problem(B, T_steps, H, 0.5, 71);
+    newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
+    return stats.mode;
+  };
+  // The measured default: on a host Newton must beat 2.5 K times the loop's work per step.
+  EXPECT_EQ(mode_for(concurrency, 50, 1, NewtonConfig{}), NewtonMode::sequential);
+  EXPECT_EQ(mode_for(1, 50, 1, NewtonConfig{}),
+            (on_host ? 7.5 : 1.0) >= concurrency ? NewtonMode::sequential : NewtonMode::fused);
+
+  // With a ratio below one even a single (batch, group) leaves Newton the better choice.
+  NewtonConfig cheap;
+  cheap.auto_work_ratio = 0.5;
+  EXPECT_EQ(mode_for(2, 50, concurrency, cheap), NewtonMode::sequential); // 2 x concurrency x 0.5 fills it
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::fused);               // fits one window
+  EXPECT_EQ(mode_for(1, 5000, 1, cheap), on_host ? NewtonMode::newton : NewtonMode::fused);
+  cheap.residual_atol = 1e-9;
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton); // the fused mode has no early stop
 }
 
 template <class Call>

@@ -26,16 +26,18 @@
 //   fused       one kernel; each team takes a tile of groups and walks the sequence in windows of W
 //               steps: it reads the window's u once into scratch, runs all K iterations there (the
 //               window's linear solves are the scan's sub-chunk / carry / re-run in scratch), and
-//               writes h once. The state entering a window is the converged end of the previous one,
-//               so for T <= W this is Newton on the whole sequence, and for T > W it converges at
-//               least as well (each window starts from a converged state).
-//   automatic   sequential if B x groups >= space.concurrency(); otherwise fused if the config allows
-//               it (exact Jacobian, no residual_atol, no Picard) and either the sequence fits one
-//               window or the space is a device; otherwise newton.
+//               writes h once. The state entering a window is the converged end of the previous one:
+//               for T <= W this is Newton on the whole sequence; for T > W each window is a shorter
+//               Newton problem with an exact (converged) start.
+//   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
+//               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
+//               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian, no
+//               residual_atol, no Picard) and either the sequence fits one window or the space is a
+//               device; otherwise newton.
 //
-// Non-finite inputs: a NaN or Inf in u makes the affected batch element's h non-finite (Newton
-// couples all t of a batch element) and its residual infinite; with residual_fail set the solve
-// throws NewtonDivergenceError instead.
+// Non-finite inputs: a NaN or Inf in u at step t makes h of that batch element non-finite from t
+// on (other batch elements are unaffected) and its residual infinite; with residual_fail set the
+// solve throws NewtonDivergenceError instead.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
@@ -57,10 +59,22 @@ namespace paraseq {
 
 namespace detail {
 
+// Newton does r times the loop's work per step but spreads it over all threads, the loop over
+// B x groups of them: the loop wins when B x groups x r >= concurrency. r was measured with
+// bench_newton (OpenMP, 2 cores, ParaGRU): 2.3 K on hosts. On devices r is not measured yet and
+// taken as 1, i.e. the loop only when B x groups alone fills the device.
+template <class ExecSpace>
+double newton_work_ratio(const NewtonConfig& config) {
+  if (config.auto_work_ratio > 0) return config.auto_work_ratio;
+  constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  return on_host ? 2.5 * std::max(1, config.max_iters) : 1.0;
+}
+
 template <class Cell, class ExecSpace>
 NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config, const ScanShape& shape) {
   if (config.mode != NewtonMode::automatic) return config.mode;
-  if (long(shape.batch) * shape.groups >= space.concurrency()) return NewtonMode::sequential;
+  if (double(shape.batch) * shape.groups * newton_work_ratio<ExecSpace>(config) >= double(space.concurrency()))
+    return NewtonMode::sequential;
   const bool fusable = config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
                        !config.picard_adapt;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;

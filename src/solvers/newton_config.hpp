@@ -50,6 +50,9 @@ struct NewtonConfig {
   InitialGuess initial_guess = InitialGuess::cell_at_zero;
   NewtonJacobian jacobian = NewtonJacobian::exact;
   NewtonMode mode = NewtonMode::automatic;
+  // Work of one Newton solve per step relative to the sequential loop's, for the automatic mode;
+  // 0 = the measured default (newton.hpp, choose_newton_mode).
+  double auto_work_ratio = 0;
   ScanConfig scan{};    // decomposition of every scan (Newton iterations and the adjoint)
   int fused_window = 0; // steps per on-chip window of the fused mode; 0 = chosen from the space
 };

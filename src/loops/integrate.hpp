@@ -38,6 +38,7 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -198,20 +199,24 @@ FixedMesh<T, typename Space::memory_space> build_mesh(const std::string& fn, con
   const std::vector<double>& observations = steps.observation_times;
   check_observation_times(fn, observations, grid.front(), grid.back());
 
+  // Observations within a few ulps of a grid point (0.3 against 3 * 0.1) fall on it, not a step away.
+  const double span = grid.back() - grid.front();
+  auto near_grid = [&](double t, double g) {
+    return std::fabs(t - g) <= 8 * std::numeric_limits<double>::epsilon() * std::max(std::fabs(g), span);
+  };
   std::vector<double> points;
-  std::vector<int> first_observation;
+  std::vector<int> first_observation; // first_observation[m]: the first observation at point m
   std::size_t j = 0;
-  for (std::size_t k = 0; k < grid.size(); ++k) {
-    for (; j < observations.size() && observations[j] < grid[k]; ++j) // inside the step before grid[k]
-      if (observations[j] > points.back()) {
+  for (double g : grid) {
+    for (; j < observations.size() && observations[j] < g && !near_grid(observations[j], g); ++j)
+      if (observations[j] != points.back()) { // inside the step before g: a point of its own
         points.push_back(observations[j]);
         first_observation.push_back(int(j));
       }
-    points.push_back(grid[k]);
+    points.push_back(g);
     first_observation.push_back(int(j));
-    for (; j < observations.size() && observations[j] == grid[k]; ++j) {}
+    for (; j < observations.size() && (observations[j] <= g || near_grid(observations[j], g)); ++j) {}
   }
-  // first_observation[m] counts the observations before point m; those at m follow up to m + 1.
   first_observation.push_back(int(observations.size()));
   const int count = int(points.size()) - 1;
   std::vector<T> t(count), h(count), t_next(count);

@@ -331,16 +331,20 @@ struct Forward {
   int begin;      // the chunk's first trajectory: carry row = trajectory - begin
   int iterations; // steps (adaptive: attempts) per launch
 
+  // Observations may be wanted by cotangents only, with no View to write.
   KOKKOS_INLINE_FUNCTION void write_observation(int traj, int j, const T* y) const {
-    for (int k = 0; k < n; ++k) data.observed(traj, j, k) = y[k];
+    if (data.observed.data)
+      for (int k = 0; k < n; ++k) data.observed(traj, j, k) = y[k];
   }
 
   // A stopped trajectory: its final state, or NaN for what a failure left unreached.
   KOKKOS_INLINE_FUNCTION void finish(int traj, C& c) const {
     const bool failed = c.status != int(Status::success);
-    if (failed)
-      for (int j = c.next_observation; j < data.observations; ++j)
-        for (int k = 0; k < n; ++k) data.observed(traj, j, k) = Kokkos::Experimental::quiet_NaN_v<T>;
+    if (failed) {
+      T unreached[Capacity];
+      for (int k = 0; k < n; ++k) unreached[k] = Kokkos::Experimental::quiet_NaN_v<T>;
+      for (int j = c.next_observation; j < data.observations; ++j) write_observation(traj, j, unreached);
+    }
     if (data.final_state.data)
       for (int k = 0; k < n; ++k) data.final_state(traj, k) = failed ? Kokkos::Experimental::quiet_NaN_v<T> : c.y[k];
   }

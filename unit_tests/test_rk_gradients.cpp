@@ -1,0 +1,367 @@
+// Gradients through the Runge–Kutta loops (the discrete adjoint) on every enabled execution space:
+// against central finite differences, against reverse mode through a loop written here (with a
+// small tape), against the closed form for adaptive steps, across checkpoint intervals, batch
+// chunks and loop modes (same bits), and with dual numbers standing in for a missing vjp().
+
+#include "rk_test_support.hpp"
+
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+template <class Space>
+class RungeKuttaGradients : public ::testing::Test {};
+TYPED_TEST_SUITE(RungeKuttaGradients, ExecutionSpaces, SpaceName);
+
+// --- A scalar reverse-mode AD: every operation records its inputs and partial derivatives.
+struct Tape {
+  struct Node {
+    int a, b;
+    double da, db;
+  };
+  std::vector<Node> nodes;
+  int push(int a, double da, int b = -1, double db = 0) {
+    nodes.push_back({a, b, da, db});
+    return int(nodes.size()) - 1;
+  }
+  // d(output)/d(node) for every node.
+  std::vector<double> adjoints(int output) const {
+    std::vector<double> bar(nodes.size(), 0.0);
+    bar[output] = 1;
+    for (int i = output; i >= 0; --i) {
+      if (nodes[i].a >= 0) bar[nodes[i].a] += nodes[i].da * bar[i];
+      if (nodes[i].b >= 0) bar[nodes[i].b] += nodes[i].db * bar[i];
+    }
+    return bar;
+  }
+};
+
+Tape* tape = nullptr;
+
+struct Var {
+  double value = 0;
+  int id = -1; // -1: a constant
+  Var() = default;
+  Var(double v) : value(v) {}
+  static Var input(double v) { return {v, tape->push(-1, 0)}; }
+  Var(double v, int node) : value(v), id(node) {}
+};
+Var unary(double value, const Var& x, double dx) { return {value, tape->push(x.id, dx)}; }
+Var binary(double value, const Var& x, double dx, const Var& y, double dy) { return {value, tape->push(x.id, dx, y.id, dy)}; }
+Var operator+(const Var& x, const Var& y) { return binary(x.value + y.value, x, 1, y, 1); }
+Var operator-(const Var& x, const Var& y) { return binary(x.value - y.value, x, 1, y, -1); }
+Var operator*(const Var& x, const Var& y) { return binary(x.value * y.value, x, y.value, y, x.value); }
+Var operator/(const Var& x, const Var& y) {
+  return binary(x.value / y.value, x, 1 / y.value, y, -x.value / (y.value * y.value));
+}
+Var operator-(const Var& x) { return unary(-x.value, x, -1); }
+Var& operator+=(Var& x, const Var& y) { return x = x + y; }
+Var tanh(const Var& x) {
+  const double t = std::tanh(x.value);
+  return unary(t, x, 1 - t * t);
+}
+
+// The gradient of sum_i w_i . y_i(t_end) through `steps` classic RK4 steps of h, by the tape.
+template <class Field>
+void tape_gradient(const Field& field, int n, double h, int steps, const std::vector<double>& y0,
+                   const std::vector<double>& own, const std::vector<double>& shared, const std::vector<double>& w,
+                   std::vector<double>& y0_bar, std::vector<double>& own_bar, std::vector<double>& shared_bar) {
+  Tape local;
+  tape = &local;
+  std::vector<Var> y(n), p(own.size()), q(shared.size());
+  for (int k = 0; k < n; ++k) y[k] = Var::input(y0[k]);
+  for (std::size_t k = 0; k < own.size(); ++k) p[k] = Var::input(own[k]);
+  for (std::size_t k = 0; k < shared.size(); ++k) q[k] = Var::input(shared[k]);
+  const HostParameters<Var> params{p.data(), q.data()};
+  for (int s = 0; s < steps; ++s) y = rk4_step(field, Var(s * h), Var(h), y, params);
+  Var loss(0.0);
+  for (int k = 0; k < n; ++k) loss += Var(w[k]) * y[k];
+  const auto bar = local.adjoints(loss.id);
+  for (int k = 0; k < n; ++k) y0_bar[k] = bar[k];
+  for (std::size_t k = 0; k < own.size(); ++k) own_bar[k] = bar[n + k];
+  for (std::size_t k = 0; k < shared.size(); ++k) shared_bar[k] = bar[n + own.size() + k];
+  tape = nullptr;
+}
+
+// --- Helpers over Views.
+
+template <class V, class W>
+double dot(const V& v, const W& w) {
+  auto hv = to_host(v);
+  auto hw = to_host(w);
+  double sum = 0;
+  for (std::size_t i = 0; i < hv.span(); ++i) sum += double(hv.data()[i]) * double(hw.data()[i]);
+  return sum;
+}
+
+// Compares gradient (laid out as v) with central differences of loss() in each element of v.
+template <class V, class Loss, class G>
+void expect_central_differences(const V& v, const Loss& loss, const G& gradient, double eps, double tolerance,
+                                const std::string& what) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+  auto grad = to_host(gradient);
+  for (std::size_t i = 0; i < host.span(); ++i) {
+    const double saved = host.data()[i];
+    host.data()[i] = saved + eps;
+    Kokkos::deep_copy(v, host);
+    const double plus = loss();
+    host.data()[i] = saved - eps;
+    Kokkos::deep_copy(v, host);
+    const double minus = loss();
+    host.data()[i] = saved;
+    Kokkos::deep_copy(v, host);
+    const double fd = (plus - minus) / (2 * eps);
+    EXPECT_NEAR(grad.data()[i], fd, tolerance * std::fmax(1.0, std::fabs(fd))) << what << " element " << i;
+  }
+}
+
+TYPED_TEST(RungeKuttaGradients, FixedStepGradientsMatchFiniteDifferences) {
+  using Space = TypeParam;
+  const int N = 3;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2), w_final("w_final", N, 2), y0_bar("y0_bar", N, 2), p_bar("p_bar", N, 2);
+  View3<double, Space> observed("observed", N, 3, 2), w_obs("w_obs", N, 3, 2);
+  fill_uniform(w_final, -1, 1, 5);
+  fill_uniform(w_obs, -1, 1, 6);
+  auto steps = ode::FixedSteps::count(0, 0.05, 30).observe_at({0.3, 0.77, 1.5});
+  auto run = [&](auto method) {
+    auto loss = [&] {
+      ode::solve(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed));
+      return dot(y1, w_final) + dot(observed, w_obs);
+    };
+    ode::solve_with_gradient(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed),
+                             ode::final_and_observed(w_final, w_obs),
+                             ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
+    expect_central_differences(batch.y0, loss, y0_bar, 1e-6, 1e-8, std::string(method.name) + " y0");
+    expect_central_differences(batch.params, loss, p_bar, 1e-6, 1e-8, std::string(method.name) + " params");
+  };
+  run(ode::RK4{});
+  run(ode::DormandPrince5{});
+  run(ode::Heun{});
+}
+
+TYPED_TEST(RungeKuttaGradients, SharedParameterGradientsMatchFiniteDifferences) {
+  using Space = TypeParam;
+  const int N = 4, n = 3, hidden = 5;
+  View2<double, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n), y0_bar("y0_bar", N, n);
+  View2<double, Space> b("b", N, n), b_bar("b_bar", N, n);
+  View1<double, Space> A("A", n * n), A_bar("A_bar", n * n);
+  View1<double, Space> weights("weights", 2 * n * hidden + hidden + n), weights_bar("weights_bar", 2 * n * hidden + hidden + n);
+  fill_uniform(y0, -1, 1, 11);
+  fill_uniform(w, -1, 1, 12);
+  fill_uniform(b, -0.5, 0.5, 13);
+  fill_uniform(A, -0.6, 0.4, 14);
+  fill_uniform(weights, -0.8, 0.8, 15);
+  const auto steps = ode::FixedSteps::count(0, 0.1, 20);
+
+  const auto linear = ode::problem(ode::Linear<ode::Sharing::shared, ode::Sharing::own>{n}, y0, b, A);
+  auto linear_loss = [&] {
+    ode::solve(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1));
+    return dot(y1, w);
+  };
+  ode::solve_with_gradient(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1), ode::final_state(w),
+                           ode::Gradients<decltype(y0_bar), decltype(b_bar), decltype(A_bar)>{y0_bar, b_bar, A_bar});
+  expect_central_differences(A, linear_loss, A_bar, 1e-6, 1e-8, "Linear A (shared)");
+  expect_central_differences(b, linear_loss, b_bar, 1e-6, 1e-8, "Linear b (own)");
+  expect_central_differences(y0, linear_loss, y0_bar, 1e-6, 1e-8, "Linear y0");
+
+  const auto mlp = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
+  auto mlp_loss = [&] {
+    ode::solve(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1));
+    return dot(y1, w);
+  };
+  ode::solve_with_gradient(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1), ode::final_state(w),
+                           ode::Gradients<ode::NoView, ode::NoView, decltype(weights_bar)>{{}, {}, weights_bar});
+  expect_central_differences(weights, mlp_loss, weights_bar, 1e-6, 1e-8, "Mlp weights (shared)");
+}
+
+template <class Space, class Field>
+void expect_matches_tape(const Field& field, int N, int n, int P, int Q, double h, int steps, unsigned seed,
+                         double lo = 0.2, double hi = 1.0) {
+  View2<double, Space> y0("y0", N, n), params("params", N, P), y1("y1", N, n), w("w", N, n), y0_bar("y0_bar", N, n),
+      p_bar("p_bar", N, P);
+  View1<double, Space> shared("shared", Q), shared_bar("shared_bar", Q);
+  fill_uniform(y0, lo, hi, seed);
+  fill_uniform(params, lo, hi, seed + 1);
+  fill_uniform(shared, -0.5, 0.5, seed + 2);
+  fill_uniform(w, -1, 1, seed + 3);
+  const auto grads = ode::Gradients<decltype(y0_bar), decltype(p_bar), decltype(shared_bar)>{y0_bar, p_bar, shared_bar};
+  ode::solve_with_gradient(Space{}, ode::RK4{}, ode::problem(field, y0, params, shared),
+                           ode::FixedSteps::count(0, h, steps), ode::final_state(y1), ode::final_state(w), grads);
+  auto hy0 = to_host(y0), hp = to_host(params), hw = to_host(w), hy0_bar = to_host(y0_bar), hp_bar = to_host(p_bar);
+  auto hq = to_host(shared);
+  std::vector<double> shared_values(hq.data(), hq.data() + Q), shared_total(Q, 0.0);
+  for (int i = 0; i < N; ++i) {
+    std::vector<double> start(n), own(P), weights(n), start_bar(n), own_bar(P), shared_grad(Q);
+    for (int k = 0; k < n; ++k) start[k] = hy0(i, k), weights[k] = hw(i, k);
+    for (int k = 0; k < P; ++k) own[k] = hp(i, k);
+    tape_gradient(field, n, h, steps, start, own, shared_values, weights, start_bar, own_bar, shared_grad);
+    for (int k = 0; k < n; ++k) EXPECT_NEAR(hy0_bar(i, k), start_bar[k], 1e-12 * std::fmax(1, std::fabs(start_bar[k])));
+    for (int k = 0; k < P; ++k) EXPECT_NEAR(hp_bar(i, k), own_bar[k], 1e-12 * std::fmax(1, std::fabs(own_bar[k])));
+    for (int k = 0; k < Q; ++k) shared_total[k] += shared_grad[k];
+  }
+  auto hq_bar = to_host(shared_bar);
+  for (int k = 0; k < Q; ++k) EXPECT_NEAR(hq_bar(k), shared_total[k], 1e-12 * std::fmax(1, std::fabs(shared_total[k])));
+}
+
+TYPED_TEST(RungeKuttaGradients, GradientsMatchReverseModeThroughATestLoop) {
+  using Space = TypeParam;
+  expect_matches_tape<Space>(ode::DampedOscillator{}, 4, 2, 2, 0, 0.05, 40, 21);
+  expect_matches_tape<Space>(ode::LotkaVolterra{}, 4, 2, 4, 0, 0.05, 40, 22);
+  expect_matches_tape<Space>(ode::SIR{}, 4, 3, 2, 0, 0.1, 30, 23);
+  expect_matches_tape<Space>(ode::Linear<ode::Sharing::own, ode::Sharing::shared>{3}, 3, 3, 9, 3, 0.1, 20, 24, -0.5, 0.3);
+  expect_matches_tape<Space>(ode::Mlp{4, 6}, 3, 4, 0, 2 * 4 * 6 + 6 + 4, 0.1, 20, 25);
+}
+
+// The oscillator without a vjp(): gradients come from dual numbers.
+struct OscillatorWithoutVjp {
+  static constexpr int state_size = 2;
+  static constexpr int max_parameter_count = 2;
+  template <class S, class P>
+  KOKKOS_FUNCTION void operator()(S, const S* y, const P& p, S* dy) const {
+    dy[0] = y[1];
+    dy[1] = -p.own(0) * y[0] - p.own(1) * y[1];
+  }
+};
+static_assert(!ode::FieldWithVjp<OscillatorWithoutVjp, double> && ode::FieldWithVjp<ode::DampedOscillator, double>);
+
+TYPED_TEST(RungeKuttaGradients, DualNumbersStandInForAMissingVjp) {
+  using Space = TypeParam;
+  const int N = 6;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2), w("w", N, 2), explicit_y0("e_y0", N, 2), explicit_p("e_p", N, 2),
+      dual_y0("d_y0", N, 2), dual_p("d_p", N, 2);
+  fill_uniform(w, -1, 1, 31);
+  auto steps = ode::AdaptiveSteps{};
+  steps.t_end = 3, steps.rtol = 1e-8, steps.atol = 1e-10;
+  steps.observation_times = {1.7};
+  View3<double, Space> observed("observed", N, 1, 2), w_obs("w_obs", N, 1, 2);
+  fill_uniform(w_obs, -1, 1, 32);
+  ode::solve_with_gradient(Space{}, ode::Tsit5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
+                           ode::final_and_observed(w, w_obs), ode::Gradients<decltype(explicit_y0), decltype(explicit_p)>{explicit_y0, explicit_p});
+  ode::solve_with_gradient(Space{}, ode::Tsit5{}, ode::problem(OscillatorWithoutVjp{}, batch.y0, batch.params), steps,
+                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
+                           ode::Gradients<decltype(dual_y0), decltype(dual_p)>{dual_y0, dual_p});
+  EXPECT_LE(max_abs_difference(dual_y0, to_host(explicit_y0)), 1e-13);
+  EXPECT_LE(max_abs_difference(dual_p, to_host(explicit_p)), 1e-13);
+}
+
+TYPED_TEST(RungeKuttaGradients, CheckpointIntervalsChunksAndLoopModesGiveTheSameBits) {
+  using Space = TypeParam;
+  const int N = 10, n = 3, hidden = 4, Q = 2 * n * hidden + hidden + n, steps = 37;
+  View2<float, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n);
+  View1<float, Space> weights("weights", Q);
+  fill_uniform(y0, -1, 1, 41);
+  fill_uniform(w, -1, 1, 42);
+  fill_uniform(weights, -0.8, 0.8, 43);
+  const auto problem = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
+  const auto mesh = ode::FixedSteps::count(0, 0.05, steps);
+  auto gradients = [&](int interval, std::size_t workspace, ode::LoopMode mode) {
+    View2<float, Space> y0_bar("y0_bar", N, n);
+    View1<float, Space> weights_bar("weights_bar", Q);
+    ode::SolveOptions options;
+    options.checkpoint_interval = interval;
+    options.max_gradient_workspace_bytes = workspace;
+    options.mode = mode;
+    ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1), ode::final_state(w),
+                             ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)>{y0_bar, {}, weights_bar},
+                             options);
+    return std::make_pair(y0_bar, weights_bar);
+  };
+  const auto reference = gradients(0, std::size_t(1) << 30, ode::LoopMode::fused);
+  const std::size_t three = 3 * ode::gradient_workspace_bytes<float>(false, n, steps, 1, Q);
+  for (auto [interval, workspace, mode] : {std::tuple{1, three, ode::LoopMode::fused}, std::tuple{5, three, ode::LoopMode::stepped},
+                                           std::tuple{37, std::size_t(1) << 30, ode::LoopMode::stepped},
+                                           std::tuple{100, std::size_t(1) << 30, ode::LoopMode::fused}}) {
+    const auto other = gradients(interval, workspace, mode);
+    EXPECT_TRUE(bitwise_equal(other.first, reference.first)) << "interval " << interval;
+    EXPECT_TRUE(bitwise_equal(other.second, reference.second)) << "interval " << interval;
+  }
+  EXPECT_THAT([&] { gradients(0, 64, ode::LoopMode::fused); },
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
+                                                         HasSubstr("the workspace of one trajectory"))));
+}
+
+TYPED_TEST(RungeKuttaGradients, AdaptiveGradientsMatchTheClosedForm) {
+  using Space = TypeParam;
+  const int N = 5;
+  const double t_end = 3, inside = 1.234;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2), w("w", N, 2), y0_bar("y0_bar", N, 2), p_bar("p_bar", N, 2);
+  View3<double, Space> observed("observed", N, 1, 2), w_obs("w_obs", N, 1, 2);
+  fill_uniform(w, -1, 1, 51);
+  fill_uniform(w_obs, -1, 1, 52);
+  auto steps = ode::AdaptiveSteps{};
+  steps.t_end = t_end, steps.rtol = 1e-10, steps.atol = 1e-12;
+  steps.observation_times = {inside};
+  ode::SolveOptions stepped;
+  stepped.mode = ode::LoopMode::stepped;
+  for (const auto& options : {ode::SolveOptions{}, stepped}) {
+    ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
+                             ode::final_and_observed(w, w_obs), ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar},
+                             options);
+    auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), hwo = to_host(w_obs);
+    auto gy = to_host(y0_bar), gp = to_host(p_bar);
+    for (int i = 0; i < N; ++i) {
+      auto loss = [&](double a, double v, double k, double c) {
+        const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
+        return hw(i, 0) * end[0] + hw(i, 1) * end[1] + hwo(i, 0, 0) * mid[0] + hwo(i, 0, 1) * mid[1];
+      };
+      const double e = 1e-6, a = hy(i, 0), v = hy(i, 1), k = hp(i, 0), c = hp(i, 1);
+      const double exact[4] = {(loss(a + e, v, k, c) - loss(a - e, v, k, c)) / (2 * e),
+                               (loss(a, v + e, k, c) - loss(a, v - e, k, c)) / (2 * e),
+                               (loss(a, v, k + e, c) - loss(a, v, k - e, c)) / (2 * e),
+                               (loss(a, v, k, c + e) - loss(a, v, k, c - e)) / (2 * e)};
+      const double computed[4] = {gy(i, 0), gy(i, 1), gp(i, 0), gp(i, 1)};
+      for (int j = 0; j < 4; ++j) EXPECT_NEAR(computed[j], exact[j], 1e-7) << "trajectory " << i << " gradient " << j;
+    }
+  }
+}
+
+TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(4);
+  View2<double, Space> y1("y1", 4, 2), w("w", 4, 2), y0_bar("y0_bar", 4, 2), p_bar("p_bar", 4, 2);
+  View3<double, Space> observed("observed", 4, 1, 2), w_obs("w_obs", 4, 1, 2);
+  fill_uniform(w, -1, 1, 61);
+  fill_uniform(w_obs, -1, 1, 62);
+  Kokkos::deep_copy(p_bar, 7.0);
+  ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), ode::FixedSteps::count(1, 0.1, 0).observe_at({1}),
+                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
+                           ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
+  auto gy = to_host(y0_bar), gp = to_host(p_bar), hw = to_host(w), hwo = to_host(w_obs);
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(gy(i, k), hw(i, k) + hwo(i, 0, k));
+      EXPECT_EQ(gp(i, k), 0.0);
+    }
+}
+
+TYPED_TEST(RungeKuttaGradients, BadGradientShapesNameTheArgument) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(4);
+  View2<double, Space> y1("y1", 4, 2), w_short("w", 3, 2), y0_bar("y0_bar", 4, 2), p_bar_wide("p_bar", 4, 3);
+  const auto steps = ode::FixedSteps::count(0, 0.1, 3);
+  auto throws_naming = [](const std::string& argument, const std::string& detail) {
+    return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
+  };
+  EXPECT_THAT([&] {
+    ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(w_short),
+                             ode::Gradients<decltype(y0_bar)>{y0_bar});
+  }, throws_naming("'cotangents.final_state'", "[3, 2]"));
+  EXPECT_THAT([&] {
+    ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(y1),
+                             ode::Gradients<decltype(y0_bar), decltype(p_bar_wide)>{y0_bar, p_bar_wide});
+  }, throws_naming("'gradients.params'", "[4, 3]"));
+}
+
+} // namespace

@@ -1,0 +1,308 @@
+// Fixed-step Runge–Kutta loops on every enabled execution space: convergence orders against the
+// damped oscillator's closed form, stability polynomials, FSAL evaluation counts, meshes that land
+// on end and observation times, fused against stepped loops, determinism and bad input.
+
+#include "rk_test_support.hpp"
+
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+template <class Space>
+class RungeKuttaFixed : public ::testing::Test {};
+TYPED_TEST_SUITE(RungeKuttaFixed, ExecutionSpaces, SpaceName);
+
+using AllMethods = std::tuple<ode::Euler, ode::Heun, ode::BogackiShampine3, ode::RK4, ode::DormandPrince5, ode::Tsit5>;
+
+template <class F>
+void for_each_method(const F& f) {
+  std::apply([&](auto... method) { (f(method), ...); }, AllMethods{});
+}
+
+template <class Space, class Method, class Batch>
+double fixed_error(const Batch& batch, double dt, int steps) {
+  View2<double, Space> y1("y1", batch.y0.extent(0), 2);
+  ode::solve(Space{}, Method{}, batch.problem(), ode::FixedSteps::count(0, dt, steps), ode::final_state(y1));
+  return max_abs_difference(y1, batch.exact(dt * steps));
+}
+
+TYPED_TEST(RungeKuttaFixed, ErrorRatioOnHalvingTheStepMatchesTheOrder) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(64);
+  for_each_method([&](auto method) {
+    using Method = decltype(method);
+    // Steps small enough to be asymptotic, large enough to stay far above rounding.
+    constexpr double dt_by_order[] = {0, 0.004, 0.02, 0.05, 0.1, 0.05};
+    const double dt = dt_by_order[Method::order];
+    const int steps = int(std::lround(2.0 / dt));
+    const double coarse = fixed_error<Space, Method>(batch, dt, steps);
+    const double fine = fixed_error<Space, Method>(batch, dt / 2, 2 * steps);
+    EXPECT_NEAR(std::log2(coarse / fine), Method::order, 0.2)
+        << Method::name << ": errors " << coarse << " and " << fine;
+  });
+}
+
+// The coefficients b^T A^(k-1) 1 of R(z) = sum_k z^k b^T A^(k-1) 1, from the tableau; with
+// absolute values, they give the a-priori rounding bound eps * sum_k |z|^k |b|^T |A|^(k-1) 1.
+template <class Method>
+std::vector<double> stability_coefficients(bool absolute = false) {
+  constexpr int s = Method::stages;
+  auto entry = [&](double x) { return absolute ? std::fabs(x) : x; };
+  std::vector<double> coefficients{1};
+  std::vector<double> power(s, 1.0); // A^(k-1) 1
+  for (int k = 1; k <= s; ++k) {
+    double coefficient = 0;
+    for (int i = 0; i < s; ++i) coefficient += entry(Method::b[i]) * power[i];
+    coefficients.push_back(coefficient);
+    std::vector<double> next(s, 0.0);
+    for (int i = 0; i < s; ++i)
+      for (int j = 0; j < s; ++j) next[i] += entry(Method::a[i][j]) * power[j];
+    power = next;
+  }
+  return coefficients;
+}
+
+double evaluate_polynomial(const std::vector<double>& coefficients, double z) {
+  double value = 0;
+  for (std::size_t k = coefficients.size(); k-- > 0;) value = value * z + coefficients[k];
+  return value;
+}
+
+template <class Space, class T>
+void expect_stability_polynomial(double tolerance) {
+  const std::vector<double> z{-0.1, -0.5, -1, -1.5, -2, -2.5, -2.78};
+  const int N = int(z.size());
+  View2<T, Space> y0("y0", N, 1), lambda("lambda", N, 1), y1("y1", N, 1);
+  Kokkos::deep_copy(y0, T(1));
+  auto host = Kokkos::create_mirror_view(lambda);
+  for (int i = 0; i < N; ++i) host(i, 0) = T(z[i]);
+  Kokkos::deep_copy(lambda, host);
+  const auto problem = ode::problem(ode::Linear<ode::Sharing::own>{1}, y0, lambda);
+  for_each_method([&](auto method) {
+    using Method = decltype(method);
+    ode::solve(Space{}, method, problem, ode::FixedSteps::count(0, 1, 1), ode::final_state(y1));
+    const auto coefficients = stability_coefficients<Method>();
+    double factorial = 1;
+    for (int k = 1; k <= Method::order; ++k) // up to the order, R agrees with exp(z)
+      EXPECT_NEAR(coefficients[k], 1 / (factorial *= k), 1e-14) << Method::name << " z^" << k;
+    const auto result = to_host(y1);
+    for (int i = 0; i < N; ++i) {
+      // Tsit5's coefficients reach 12.9 and cancel: it is held to a tenth of its rounding bound.
+      const double bound = std::numeric_limits<T>::epsilon() * evaluate_polynomial(stability_coefficients<Method>(true), -z[i]);
+      const double allowed = std::is_same_v<Method, ode::Tsit5> ? std::fmax(tolerance, bound / 10) : tolerance;
+      EXPECT_NEAR(double(result(i, 0)), evaluate_polynomial(coefficients, z[i]), allowed)
+          << Method::name << " at h lambda = " << z[i];
+    }
+  });
+}
+
+TYPED_TEST(RungeKuttaFixed, OneStepOfLinearDecayIsTheStabilityPolynomial) {
+  using Space = TypeParam;
+  EXPECT_NEAR(stability_coefficients<ode::DormandPrince5>()[6], 1.0 / 600, 1e-15); // Hairer–Wanner's value
+  expect_stability_polynomial<Space, double>(1e-14);
+  expect_stability_polynomial<Space, float>(1e-6);
+}
+
+TYPED_TEST(RungeKuttaFixed, FsalMethodsReuseTheirLastStage) {
+  using Space = TypeParam;
+  const int N = 5, steps = 37;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2);
+  for_each_method([&](auto method) {
+    using Method = decltype(method);
+    CountingOscillator<typename Space::memory_space> field{{}, {"count"}};
+    ode::solve(Space{}, method, ode::problem(field, batch.y0, batch.params), ode::FixedSteps::count(0, 0.01, steps),
+               ode::final_state(y1));
+    unsigned long long count = 0;
+    Kokkos::deep_copy(count, field.evaluations);
+    // FSAL: one evaluation to start, then stages - 1 new ones per step (6 for Dormand–Prince).
+    const unsigned long long per_trajectory =
+        Method::fsal ? 1 + (Method::stages - 1) * steps : Method::stages * steps;
+    EXPECT_EQ(count, N * per_trajectory) << Method::name;
+  });
+}
+
+TYPED_TEST(RungeKuttaFixed, ZeroStepsReturnTheInitialState) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(7);
+  View2<double, Space> y1("y1", 7, 2);
+  View3<double, Space> observed("observed", 7, 2, 2);
+  Kokkos::deep_copy(y1, 5.0);
+  auto steps = ode::FixedSteps::count(0.5, 0.1, 0).observe_at({0.5, 0.5});
+  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
+  EXPECT_TRUE(bitwise_equal(y1, batch.y0));
+  auto obs = to_host(observed);
+  auto y0 = to_host(batch.y0);
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 2; ++k) EXPECT_EQ(obs(i, j, k), y0(i, k));
+  EXPECT_EQ(report.max_accepted, 0);
+}
+
+// The test's own RK4 over a list of step sizes, in double.
+std::vector<double> reference_rk4(double k, double c, std::vector<double> y, double t, const std::vector<double>& hs) {
+  const double own[2] = {k, c};
+  const HostParameters<double> p{own, nullptr};
+  for (double h : hs) {
+    y = rk4_step(ode::DampedOscillator{}, t, h, y, p);
+    t += h;
+  }
+  return y;
+}
+
+TYPED_TEST(RungeKuttaFixed, APartialLastStepLandsOnTheEndTime) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(3);
+  View2<double, Space> y1("y1", 3, 2);
+  const auto steps = ode::FixedSteps::until(0, 1, 0.3);
+  EXPECT_EQ(steps.steps, 4);
+  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1));
+  EXPECT_EQ(report.max_accepted, 4);
+  auto y0 = to_host(batch.y0);
+  auto p = to_host(batch.params);
+  auto result = to_host(y1);
+  for (int i = 0; i < 3; ++i) {
+    const auto ref = reference_rk4(p(i, 0), p(i, 1), {y0(i, 0), y0(i, 1)}, 0, {0.3, 0.3, 0.3, 0.1});
+    EXPECT_NEAR(result(i, 0), ref[0], 1e-14);
+    EXPECT_NEAR(result(i, 1), ref[1], 1e-14);
+  }
+}
+
+TYPED_TEST(RungeKuttaFixed, ObservationTimesSplitTheStepsTheyFallIn) {
+  using Space = TypeParam;
+  const OscillatorBatch<double, Space> batch(3);
+  View2<double, Space> y1("y1", 3, 2);
+  View3<double, Space> observed("observed", 3, 4, 2);
+  auto steps = ode::FixedSteps::count(0, 0.1, 5).observe_at({0, 0.25, 0.25, 0.3});
+  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
+  EXPECT_EQ(report.max_accepted, 6); // 0.25 splits the third step
+  auto y0 = to_host(batch.y0);
+  auto p = to_host(batch.params);
+  auto obs = to_host(observed);
+  auto result = to_host(y1);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<double> start{y0(i, 0), y0(i, 1)};
+    const auto at_025 = reference_rk4(p(i, 0), p(i, 1), start, 0, {0.1, 0.1, 0.05});
+    const auto at_03 = reference_rk4(p(i, 0), p(i, 1), at_025, 0.25, {0.05});
+    const auto at_05 = reference_rk4(p(i, 0), p(i, 1), at_03, 0.3, {0.1, 0.1});
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(obs(i, 0, k), start[k]);
+      EXPECT_NEAR(obs(i, 1, k), at_025[k], 1e-14);
+      EXPECT_EQ(obs(i, 2, k), obs(i, 1, k));
+      EXPECT_NEAR(obs(i, 3, k), at_03[k], 1e-14);
+      EXPECT_NEAR(result(i, k), at_05[k], 1e-14);
+    }
+  }
+}
+
+TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver) {
+  using Space = TypeParam;
+  const int N = 33, steps = 40;
+  const OscillatorBatch<float, Space> batch(N);
+  View2<float, Space> fused("fused", N, 2), stepped("stepped", N, 2);
+  View3<float, Space> fused_obs("fused_obs", N, 2, 2), stepped_obs("stepped_obs", N, 2, 2);
+  const auto mesh = ode::FixedSteps::until(0, 2, 0.05).observe_at({0.52, 2.0});
+  ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_and_observed(fused, fused_obs));
+  ode::SolveOptions options;
+  options.mode = ode::LoopMode::stepped;
+  std::vector<float> times;
+  auto observer = [&](const auto& state) {
+    EXPECT_EQ(state.launch, int(times.size()));
+    times.push_back(to_host(state.t)(N - 1));
+  };
+  ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_and_observed(stepped, stepped_obs),
+             options, observer);
+  EXPECT_TRUE(bitwise_equal(fused, stepped));
+  EXPECT_TRUE(bitwise_equal(fused_obs, stepped_obs));
+  ASSERT_EQ(times.size(), std::size_t(steps + 1)); // 0.52 adds a mesh point
+  EXPECT_FLOAT_EQ(times[10], 0.52f);
+  EXPECT_FLOAT_EQ(times.back(), 2.0f);
+}
+
+TYPED_TEST(RungeKuttaFixed, RepeatedRunsAreBitwiseEqual) {
+  using Space = TypeParam;
+  const int N = 1000, n = 12;
+  View2<double, Space> y0("y0", N, n), y1("y1", N, n), y2("y2", N, n);
+  View1<double, Space> weights("weights", 2 * n * 16 + 16 + n);
+  fill_uniform(y0, -1, 1, 3);
+  fill_uniform(weights, -0.3, 0.3, 4);
+  const auto problem = ode::problem(ode::Mlp{n, 16}, y0, ode::NoView{}, weights);
+  ode::solve(Space{}, ode::Tsit5{}, problem, ode::FixedSteps::count(0, 0.05, 50), ode::final_state(y1));
+  ode::solve(Space{}, ode::Tsit5{}, problem, ode::FixedSteps::count(0, 0.05, 50), ode::final_state(y2));
+  EXPECT_TRUE(bitwise_equal(y1, y2));
+}
+
+template <class Exception = std::invalid_argument>
+auto throws_naming(const std::string& argument, const std::string& detail) {
+  return ThrowsMessage<Exception>(AllOf(HasSubstr(argument), HasSubstr(detail)));
+}
+
+TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
+  using Space = TypeParam;
+  const int N = 4;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2), y1_short("y1", N - 1, 2), params3("params", N, 3), y0_wide("y0", N, 3);
+  const auto problem = batch.problem();
+  const auto steps = ode::FixedSteps::count(0, 0.1, 10);
+  auto solve = [&](const auto& p, const ode::FixedSteps& s, const auto& out) {
+    return [=] { ode::solve(Space{}, ode::RK4{}, p, s, out); };
+  };
+  EXPECT_THAT(solve(problem, steps, ode::final_state(y1_short)),
+              throws_naming("'outputs.final_state'", "[3, 2]"));
+  EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, y0_wide, batch.params), steps, ode::final_state(y1)),
+              throws_naming("'y0'", "[4, 3]"));
+  EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, batch.y0, params3), steps, ode::final_state(y1)),
+              throws_naming("'params'", "parameter_count"));
+  EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, batch.y0), steps, ode::final_state(y1)),
+              throws_naming("'params'", "[N, 2]"));
+  EXPECT_THAT(solve(problem, ode::FixedSteps::count(0, 0.1, -1), ode::final_state(y1)),
+              throws_naming("'steps'", "steps >= 0"));
+  EXPECT_THAT(solve(problem, ode::FixedSteps::count(0, -0.1, 3), ode::final_state(y1)),
+              throws_naming("'steps'", "dt > 0"));
+  EXPECT_THAT([] { ode::FixedSteps::until(0, 1, 0); }, throws_naming("'dt'", "dt > 0"));
+  EXPECT_THAT(solve(problem, ode::FixedSteps::on_grid({0, 0.5, 0.5}), ode::final_state(y1)),
+              throws_naming("'steps'", "strictly increasing"));
+
+  View3<double, Space> observed("observed", N, 2, 2);
+  auto unsorted = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.5, 0.2});
+  EXPECT_THAT(solve(problem, unsorted, ode::observed(observed)), throws_naming("'observation_times[1]'", "nondecreasing"));
+  auto outside = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.5, 1.5});
+  EXPECT_THAT(solve(problem, outside, ode::observed(observed)), throws_naming("'observation_times[1]'", "[t0, t_end]"));
+  auto three = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.1, 0.2, 0.3});
+  EXPECT_THAT(solve(problem, three, ode::observed(observed)), throws_naming("'outputs.observed'", "[4, 3, 2]"));
+  ode::SolveOptions bounded;
+  bounded.max_observation_elements = 15;
+  auto two = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.1, 0.2});
+  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, problem, two, ode::observed(observed), bounded); },
+              throws_naming("'outputs.observed'", "max_observation_elements = 15"));
+
+  View2<double, Space> y0_nan("y0", N, 2);
+  Kokkos::deep_copy(y0_nan, batch.y0);
+  Kokkos::deep_copy(Kokkos::subview(y0_nan, 2, 1), NAN);
+  EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, y0_nan, batch.params), steps, ode::final_state(y1)),
+              throws_naming("'y0'", "row 2"));
+  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, problem, steps, ode::final_state(y1), {}, [](const auto&) {}); },
+              throws_naming("'observer'", "LoopMode::stepped"));
+
+  View2<double, Space> big("big", N, 65), big_out("big_out", N, 65);
+  View1<double, Space> A("A", 65 * 65);
+  EXPECT_THAT(solve(ode::problem(ode::Linear<>{65}, big, ode::NoView{}, A), steps, ode::final_state(big_out)),
+              throws_naming("'field'", "1 <= n <= 64"));
+  View1<double, Space> weights("weights", 2 * 2 * 200 + 200 + 2);
+  EXPECT_THAT(solve(ode::problem(ode::Mlp{2, 200}, batch.y0, ode::NoView{}, weights), steps, ode::final_state(y1)),
+              throws_naming("'field'", "hidden <= 128"));
+}
+
+} // namespace

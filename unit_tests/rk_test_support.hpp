@@ -58,6 +58,8 @@ struct CountingOscillator {
   ode::DampedOscillator oscillator;
   Kokkos::View<unsigned long long, Memory> evaluations;
 
+  static CountingOscillator fresh() { return {{}, Kokkos::View<unsigned long long, Memory>("evaluations")}; }
+
   template <class S, class P>
   KOKKOS_FUNCTION void operator()(S t, const S* y, const P& p, S* dy) const {
     Kokkos::atomic_inc(&evaluations());

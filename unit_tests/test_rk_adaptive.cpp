@@ -115,7 +115,7 @@ TYPED_TEST(RungeKuttaAdaptive, DormandPrinceMakesSixNewEvaluationsPerStep) {
   const OscillatorBatch<double, Space> batch(N);
   View2<double, Space> y1("y1", N, 2);
   for (double first_step : {0.0, 0.01}) {
-    CountingOscillator<typename Space::memory_space> field{{}, {"count"}};
+    auto field = CountingOscillator<typename Space::memory_space>::fresh();
     auto steps = interval(10, 1e-9, 1e-11);
     steps.first_step = first_step;
     const auto report = ode::solve(Space{}, ode::DormandPrince5{}, ode::problem(field, batch.y0, batch.params), steps,

@@ -122,7 +122,7 @@ TYPED_TEST(RungeKuttaFixed, FsalMethodsReuseTheirLastStage) {
   View2<double, Space> y1("y1", N, 2);
   for_each_method([&](auto method) {
     using Method = decltype(method);
-    CountingOscillator<typename Space::memory_space> field{{}, {"count"}};
+    auto field = CountingOscillator<typename Space::memory_space>::fresh();
     ode::solve(Space{}, method, ode::problem(field, batch.y0, batch.params), ode::FixedSteps::count(0, 0.01, steps),
                ode::final_state(y1));
     unsigned long long count = 0;

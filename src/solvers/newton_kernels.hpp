@@ -193,7 +193,7 @@ struct ResidualSlices {
   Cell cell;
   UView u;
   Iterate iterate;
-  Kokkos::View<double*, typename UView::memory_space> slice_max;
+  Kokkos::View<double*, typename ExecSpace::memory_space> slice_max;
   int steps, groups, d, slices;
   double infinity;
   KOKKOS_INLINE_FUNCTION void operator()(const typename Kokkos::TeamPolicy<ExecSpace>::member_type& team) const {

@@ -146,7 +146,8 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
   const double compose_cost = shape.group_size + 1;
 
   ScanPlan plan;
-  plan.lanes = grouped ? 32 : 1;
+  // On a device, a state of few groups gets a narrower team so its idle lanes become sub-chunks.
+  plan.lanes = !grouped ? 1 : on_host ? 32 : std::min(32, detail::round_up_pow2(std::max(1, shape.groups)));
   plan.vector_length = plan.lanes / lanes_per_thread<Structure, ExecSpace>;
   const long teams = long(shape.batch) * detail::ceil_div(shape.groups, plan.lanes);
   const double threads_per_team = plan.vector_length; // before sub-chunks
@@ -157,7 +158,8 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     const std::size_t map_bytes = sizeof(Acc) * detail::map_size<D> * plan.lanes;
     const long by_scratch = long(std::max<std::size_t>(1, (32 * 1024) / map_bytes));
     const long by_fill = detail::round_up_pow2(long(concurrency / std::max(1.0, teams * threads_per_team)));
-    plan.team_chunks = int(std::max(1L, std::min({16L, by_scratch, by_fill})));
+    const long team_cap = plan.lanes >= 32 ? 16 : 32; // the carry prefix costs O(P) map applications
+    plan.team_chunks = int(std::max(1L, std::min({team_cap, by_scratch, by_fill})));
     while (plan.team_chunks & (plan.team_chunks - 1)) --plan.team_chunks; // a power of two
   }
   plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : (on_host ? 256 : 32);

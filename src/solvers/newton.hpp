@@ -70,7 +70,7 @@ double newton_work_ratio(const NewtonConfig& config) {
   return on_host ? 2.5 * std::max(1, config.max_iters) : 1.0;
 }
 
-template <class Cell, class ExecSpace>
+template <class Cell, class Acc, class ExecSpace>
 NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config, const ScanShape& shape) {
   if (config.mode != NewtonMode::automatic) return config.mode;
   if (double(shape.batch) * shape.groups * newton_work_ratio<ExecSpace>(config) >= double(space.concurrency()))
@@ -78,7 +78,7 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   const bool fusable = config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
                        !config.picard_adapt;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  const int window = plan_fused<Cell, double>(space, shape, config).window;
+  const int window = plan_fused<Cell, Acc>(space, shape, config).window;
   if (fusable && (!on_host || shape.steps <= window)) return NewtonMode::fused;
   return NewtonMode::newton;
 }
@@ -147,7 +147,7 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
   const int B = int(u.extent(0)), T = int(u.extent(1)), N = cell.state_size();
   const int d = group_size<structure>(N);
   const ScanShape shape{B, T, group_count<structure>(N), d};
-  const NewtonMode mode = detail::choose_newton_mode<Cell>(space, config, shape);
+  const NewtonMode mode = detail::choose_newton_mode<Cell, acc_t>(space, config, shape);
   const double threshold = config.residual_atol ? *config.residual_atol
                            : config.residual_fail ? *config.residual_fail
                                                   : std::numeric_limits<double>::max();

@@ -319,14 +319,15 @@ void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode
   constexpr bool adaptive = decltype(kernel.stepping)::adaptive;
   Kokkos::parallel_for("paraseq::ode::init", trajectory_policy<false, Space, typename Kernel::InitTag>(space, begin, end),
                        kernel);
+  const int blocks = int(paraseq::detail::ceil_div(end - begin, Kernel::lanes));
   if (mode == LoopMode::fused) {
     kernel.iterations = INT_MAX;
-    Kokkos::parallel_for("paraseq::ode::fused", trajectory_policy<adaptive>(space, begin, end), kernel);
+    Kokkos::parallel_for("paraseq::ode::fused", trajectory_policy<adaptive>(space, 0, blocks), kernel);
     return;
   }
   kernel.iterations = 1;
   for (int launch = 0; adaptive ? count_running(space, kernel.carry.status) > 0 : launch < fixed_steps; ++launch) {
-    Kokkos::parallel_for("paraseq::ode::step", trajectory_policy<adaptive>(space, begin, end), kernel);
+    Kokkos::parallel_for("paraseq::ode::step", trajectory_policy<adaptive>(space, 0, blocks), kernel);
     if constexpr (!std::is_same_v<Observer, NoObserver>) {
       space.fence();
       observer(StepState<decltype(kernel.carry.y), decltype(kernel.carry.t), decltype(kernel.carry.status)>{
@@ -467,7 +468,7 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
   CarryViews<T, Space> carry(space, N, n);
   with_capacity<Field>(n, [&](auto capacity) {
     using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, std::decay_t<decltype(stepping)>, false>;
-    run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, 0}, 0, N, options.mode, fixed_steps,
+    run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, N, 0}, 0, N, options.mode, fixed_steps,
                 observer);
   });
   Report<Mem> report{carry.status, carry.step, carry.rejected};
@@ -543,7 +544,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
     if constexpr (adaptive) { // a first pass finds the longest mesh, which sizes the checkpoints
       CarryViews<T, Space> carry(space, int(N), n);
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false>;
-      run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, 0}, 0, int(N), options.mode, 0,
+      run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, int(N), 0}, 0, int(N), options.mode, 0,
                   NoObserver{});
       Report<Mem> pass{carry.status, carry.step, carry.rejected};
       summarize(fn, space, pass, true);
@@ -581,7 +582,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
 
     for (int begin = 0; begin < int(N); begin += chunk) {
       const int end = std::min<int>(int(N), begin + chunk);
-      run_forward(space, ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, 0}, begin, end,
+      run_forward(space, ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0}, begin, end,
                   options.mode, most_steps, NoObserver{});
       if constexpr (!adaptive) {
         auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);

@@ -328,8 +328,11 @@ struct Forward {
   Stepping stepping;
   CarryViews<T, Space> carry;
   Checkpoints<T, Space> checkpoints;
-  int begin;      // the chunk's first trajectory: carry row = trajectory - begin
+  int begin, end; // the chunk's trajectories: carry row = trajectory - begin
   int iterations; // steps (adaptive: attempts) per launch
+
+  // Trajectories per thread: several on host cores, one on devices (whose warps hide latency).
+  static constexpr int lanes = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
 
   // Observations may be wanted by cotangents only, with no View to write.
   KOKKOS_INLINE_FUNCTION void write_observation(int traj, int j, const T* y) const {
@@ -391,40 +394,52 @@ struct Forward {
     carry.store(traj - begin, n, c);
   }
 
-  KOKKOS_FUNCTION void operator()(int traj) const {
-    const int row = traj - begin;
-    C c;
-    carry.load(row, n, c);
-    if (c.status != status_running) return;
+  // One step (adaptive: one attempt) of a running trajectory.
+  KOKKOS_INLINE_FUNCTION void advance(int traj, C& c) const {
     const Rk rk{field, n, data.parameters(traj)};
-    for (int it = 0; it < iterations && c.status == status_running; ++it) {
-      const int step = c.step;
-      if constexpr (Stepping::adaptive) {
-        const auto& ctl = stepping;
-        adaptive_attempt<Method>(rk, ctl, c, [&](C& start, const typename Rk::Stages& K, T h, T t_new, const T* y_new) {
-          for (; start.next_observation < data.observations && ctl.observation_times(start.next_observation) <= t_new;
-               ++start.next_observation) {
-            const T when = ctl.observation_times(start.next_observation);
-            if (when == t_new) write_observation(traj, start.next_observation, y_new);
-            else {
-              T y_at[Capacity];
-              rk.dense((when - start.t) / h, h, start.y, K, y_at);
-              write_observation(traj, start.next_observation, y_at);
-            }
+    const int step = c.step;
+    if constexpr (Stepping::adaptive) {
+      const auto& ctl = stepping;
+      adaptive_attempt<Method>(rk, ctl, c, [&](C& start, const typename Rk::Stages& K, T h, T t_new, const T* y_new) {
+        for (; start.next_observation < data.observations && ctl.observation_times(start.next_observation) <= t_new;
+             ++start.next_observation) {
+          const T when = ctl.observation_times(start.next_observation);
+          if (when == t_new) write_observation(traj, start.next_observation, y_new);
+          else {
+            T y_at[Capacity];
+            rk.dense((when - start.t) / h, h, start.y, K, y_at);
+            write_observation(traj, start.next_observation, y_at);
           }
-        });
-      } else {
-        fixed_step<Method>(rk, stepping, c);
-        const int last = stepping.first_observation(c.step + 1);
-        if (c.next_observation < last && !all_finite(n, c.y)) c.status = int(Status::non_finite);
-        for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
-        if (c.step == stepping.steps && c.status == status_running)
-          c.status = int(all_finite(n, c.y) ? Status::success : Status::non_finite);
-      }
-      if (c.step != step && c.status == status_running) checkpoint(row, c);
+        }
+      });
+    } else {
+      fixed_step<Method>(rk, stepping, c);
+      const int last = stepping.first_observation(c.step + 1);
+      if (c.next_observation < last && !all_finite(n, c.y)) c.status = int(Status::non_finite);
+      for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
+      if (c.step == stepping.steps && c.status == status_running)
+        c.status = int(all_finite(n, c.y) ? Status::success : Status::non_finite);
     }
+    if (c.step != step && c.status == status_running) checkpoint(traj - begin, c);
     if (c.status != status_running) finish(traj, c);
-    carry.store(row, n, c);
+  }
+
+  // Runs the trajectories of one block of `lanes`, step by step in lockstep: on a host core their
+  // independent steps overlap in the pipeline, where one trajectory alone waits on each result.
+  KOKKOS_FUNCTION void operator()(int block) const {
+    const int first = begin + block * lanes, count = Kokkos::min(lanes, end - first);
+    C carries[lanes];
+    for (int l = 0; l < count; ++l) carry.load(first + l - begin, n, carries[l]);
+    for (int it = 0; it < iterations; ++it) {
+      bool running = false;
+      for (int l = 0; l < count; ++l)
+        if (carries[l].status == status_running) {
+          advance(first + l, carries[l]);
+          running = true;
+        }
+      if (!running) break;
+    }
+    for (int l = 0; l < count; ++l) carry.store(first + l - begin, n, carries[l]);
   }
 };
 

@@ -464,7 +464,11 @@ TYPED_TEST(Newton, ProjectionMatchesFloat64Products) {
   fill_uniform(du, -1, 1, 74);
   project_inputs(Space{}, x, W, bias, u);
   project_inputs_backward(Space{}, x, W, du, dW, dbias, dx);
-  auto hx = to_host(x), hW = to_host(W), hb = to_host(bias), hdu = to_host(du);
+  // One declaration each: nvcc rejects one auto declaring Views of different ranks.
+  const auto hx = to_host(x);
+  const auto hW = to_host(W);
+  const auto hb = to_host(bias);
+  const auto hdu = to_host(du);
   Host3 u_ref("u", B, T_steps, U), dx_ref("dx", B, T_steps, D);
   Host2 dW_ref("dW", U, D);
   Host1 db_ref("db", U);

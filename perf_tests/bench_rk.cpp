@@ -40,6 +40,17 @@ struct Case {
         stepped(state.range(4) != 0) {}
 };
 
+// Accepted and rejected steps of all trajectories.
+template <class Report>
+long total_attempts(const Space& space, const Report& report) {
+  const auto accepted = report.accepted, rejected = report.rejected;
+  long total = 0;
+  Kokkos::parallel_reduce(
+      "paraseq::bench::attempts", Kokkos::RangePolicy<Space>(space, 0, accepted.extent(0)),
+      KOKKOS_LAMBDA(int i, long& sum) { sum += accepted(i) + rejected(i); }, total);
+  return total;
+}
+
 // Stage arithmetic per step beyond the field: n values per nonzero tableau entry, two flops each.
 template <class Method>
 constexpr double stage_flops(int n) {
@@ -76,14 +87,7 @@ void run_case(benchmark::State& state, const Case& c, const Problem& problem, do
         c.gradient ? ode::solve_with_gradient(space, Method{}, problem, steps, ode::final_state(y1),
                                               ode::final_state(cotangent), ode::Gradients<View2>{y0_bar}, options)
                    : ode::solve(space, Method{}, problem, steps, ode::final_state(y1), options);
-    if (attempts >= 0) return;
-    attempts = long(c.N) * c.steps;
-    if constexpr (adaptive) {
-      const auto accepted = report.accepted, rejected = report.rejected;
-      Kokkos::parallel_reduce(
-          "paraseq::bench::attempts", Kokkos::RangePolicy<Space>(space, 0, c.N),
-          KOKKOS_LAMBDA(int i, long& sum) { sum += accepted(i) + rejected(i); }, attempts);
-    }
+    if (attempts < 0) attempts = adaptive ? total_attempts(space, report) : long(c.N) * c.steps;
   };
   work(Space{}); // counts the attempts for the counters
   const double evaluations = Method::fsal ? Method::stages - 1 : Method::stages;

@@ -367,6 +367,18 @@ void summarize(const std::string& fn, const Space& space, Report<Mem>& report, b
                              ", stopped with status " + status_name(report.first_failed_status));
 }
 
+// total(q) += rows(0, q) + ... + rows(count - 1, q), in row (trajectory) order, so that the sum has
+// the same bits on every run and for every chunking of the batch.
+template <class Space, class Rows, class Total>
+void add_rows(const Space& space, const Rows& rows, int count, const Total& total) {
+  Kokkos::parallel_for(
+      "paraseq::ode::add_rows", Kokkos::RangePolicy<Space>(space, 0, total.extent(0)), KOKKOS_LAMBDA(int q) {
+        double sum = total(q);
+        for (int row = 0; row < count; ++row) sum += double(rows(row, q));
+        total(q) = sum;
+      });
+}
+
 // Checks what solve() and solve_with_gradient() share; returns n.
 template <class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final, class Observed>
 int check_problem(const std::string& fn, const Space& space, const Problem<Field, Y0, Params, Shared>& problem,
@@ -600,16 +612,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
       const int launches = options.mode == LoopMode::fused ? 1 : most_steps;
       for (int launch = 0; launch < launches; ++launch)
         Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, begin, end), backward);
-      if (shared_rows > 0) { // in trajectory order, so the sum is the same on every run
-        auto rows = grads.shared_bar;
-        const int count = end - begin;
-        Kokkos::parallel_for(
-            "paraseq::ode::reduce_shared", Kokkos::RangePolicy<Space>(space, 0, shared_rows), KOKKOS_LAMBDA(int q) {
-              double sum = shared_total(q);
-              for (int row = 0; row < count; ++row) sum += double(rows(row, q));
-              shared_total(q) = sum;
-            });
-      }
+      if (shared_rows > 0) add_rows(space, grads.shared_bar, end - begin, shared_total);
     }
   });
   if constexpr (is_given_v<SharedBar>) {

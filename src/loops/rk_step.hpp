@@ -34,19 +34,19 @@ KOKKOS_FORCEINLINE_FUNCTION constexpr void static_for_reverse(const F& f) {
 // Coefficient rows as types, so that every coefficient is a constant expression.
 template <class Method, int I>
 struct RowOfA {
-  static constexpr double at(int j) { return Method::a[I][j]; }
+  KOKKOS_INLINE_FUNCTION static constexpr double at(int j) { return Method::a[I][j]; }
 };
 template <class Method>
 struct Weights {
-  static constexpr double at(int j) { return Method::b[j]; }
+  KOKKOS_INLINE_FUNCTION static constexpr double at(int j) { return Method::b[j]; }
 };
 template <class Method>
 struct ErrorWeights {
-  static constexpr double at(int j) { return Method::b[j] - Method::b_hat[j]; }
+  KOKKOS_INLINE_FUNCTION static constexpr double at(int j) { return Method::b[j] - Method::b_hat[j]; }
 };
 
 template <class Row, int Count>
-consteval int first_nonzero() {
+KOKKOS_INLINE_FUNCTION constexpr int first_nonzero() {
   for (int j = 0; j < Count; ++j)
     if (Row::at(j) != 0) return j;
   return Count;

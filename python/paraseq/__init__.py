@@ -1,0 +1,17 @@
+"""paraseq: parallel solvers for sequential computations, as PyTorch operators.
+
+linear_scan (linear recurrences), ParaGRU / ParaLSTM / newton_apply (nonlinear recurrences by
+Newton's method) and odeint (batched Runge-Kutta loops) run as torch.ops.paraseq operators with
+CPU (and CUDA) kernels, fake kernels and autograd: each is one opaque node under
+torch.compile(fullgraph=True). See docs/torch.md.
+"""
+
+from . import fields
+from ._library import LIBRARY_PATH
+from .newton import (NewtonConfig, NewtonDivergenceError, NewtonStats, ParaGRU, ParaLSTM, compile_safe_config,
+                     newton_apply)
+from .odeint import odeint
+from .scan import linear_scan
+
+__all__ = ["LIBRARY_PATH", "NewtonConfig", "NewtonDivergenceError", "NewtonStats", "ParaGRU", "ParaLSTM",
+           "compile_safe_config", "fields", "linear_scan", "newton_apply", "odeint"]

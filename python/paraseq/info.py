@@ -1,0 +1,31 @@
+"""python -m paraseq.info: what to paste into a bug report."""
+
+import platform
+import sys
+
+import torch
+
+import paraseq
+
+OPERATORS = ("linear_scan", "para_gru", "para_gru_backward", "para_lstm", "para_lstm_backward", "odeint",
+             "odeint_backward")
+
+
+def report():
+    lines = [
+        f"paraseq library: {paraseq.LIBRARY_PATH}",
+        f"python: {sys.version.split()[0]} ({platform.platform()})",
+        f"torch: {torch.__version__}, CUDA {torch.version.cuda}, cuda available: {torch.cuda.is_available()}",
+        f"torch threads: {torch.get_num_threads()}",
+    ]
+    if torch.cuda.is_available():
+        lines.append(f"GPU: {torch.cuda.get_device_name()} (capability {torch.cuda.get_device_capability()})")
+    for name in OPERATORS:
+        keys = [key for key in ("CPU", "CUDA")
+                if torch._C._dispatch_has_kernel_for_dispatch_key(f"paraseq::{name}", key)]
+        lines.append(f"paraseq::{name}: kernels for {', '.join(keys) or 'no device'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())

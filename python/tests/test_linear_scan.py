@@ -1,0 +1,123 @@
+"""linear_scan against a float64 loop written here, its gradients, opcheck and argument errors."""
+
+import pytest
+import torch
+
+from conftest import graph_break_count
+from paraseq import linear_scan
+
+
+def reference(A, b, h0, structure, reverse):
+    """The recurrence step by step in float64, A_t as full N x N matrices."""
+    B, T, N = b.shape
+    if structure == "diag":
+        M = torch.diag_embed(A)
+    elif structure == "dense":
+        M = A
+    else:
+        M = torch.zeros(B, T, N, N, dtype=A.dtype)
+        k = A.shape[-1]
+        for g in range(N // k):
+            M[:, :, g * k:(g + 1) * k, g * k:(g + 1) * k] = A[:, :, g]
+    out = torch.zeros_like(b)
+    if reverse:
+        state = b[:, T - 1]
+        out[:, T - 1] = state
+        for t in range(T - 2, -1, -1):
+            state = torch.einsum("bji,bj->bi", M[:, t + 1], state) + b[:, t]
+            out[:, t] = state
+    else:
+        state = h0 if h0 is not None else torch.zeros(B, N, dtype=b.dtype)
+        for t in range(T):
+            state = torch.einsum("bij,bj->bi", M[:, t], state) + b[:, t]
+            out[:, t] = state
+    return out
+
+
+def operands(structure, B=2, T=37, N=6, k=3, dtype=torch.float64):
+    shape = {"diag": (B, T, N), "block": (B, T, N // k, k, k), "dense": (B, T, N, N)}[structure]
+    scale = {"diag": 0.9, "block": 0.5, "dense": 0.3}[structure]
+    A = (torch.rand(shape, dtype=torch.float64) * 2 - 1) * scale
+    return A.to(dtype), torch.randn(B, T, N, dtype=torch.float64).to(dtype), torch.randn(B, N, dtype=torch.float64).to(dtype)
+
+
+CASES = [(s, r) for s in ("diag", "block", "dense") for r in (False, True)]
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_matches_the_loop_in_double(structure, reverse):
+    A, b, h0 = operands(structure)
+    h0 = None if reverse else h0
+    got = linear_scan(A, b, h0, structure=structure, reverse=reverse)
+    assert torch.allclose(got, reference(A, b, h0, structure, reverse), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_block_sizes(k):
+    A, b, h0 = operands("block", N=8, k=k)
+    assert torch.allclose(linear_scan(A, b, h0, "block"), reference(A, b, h0, "block", False), atol=1e-12)
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_gradcheck(structure, reverse):
+    A, b, h0 = operands(structure, T=9, N=4, k=2)
+    inputs = [A.requires_grad_(), b.requires_grad_()] + ([] if reverse else [h0.requires_grad_()])
+    fn = (lambda A, b: linear_scan(A, b, None, structure, True)) if reverse else \
+        (lambda A, b, h0: linear_scan(A, b, h0, structure))
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_opcheck(structure, reverse):
+    A, b, h0 = operands(structure, T=9, N=4, k=2, dtype=torch.float32)
+    args = (A.requires_grad_(), b.requires_grad_(), None if reverse else h0, structure, reverse)
+    torch.library.opcheck(torch.ops.paraseq.linear_scan, args)
+
+
+def test_float32_and_bfloat16_accumulate_in_float32():
+    A, b, h0 = operands("diag", T=500)
+    exact = reference(A, b, h0, "diag", False)
+    assert torch.allclose(linear_scan(A.float(), b.float(), h0.float()).double(), exact, atol=1e-5)
+    # bfloat16 storage: only the rounding of inputs and outputs, not of 500 accumulated steps.
+    got = linear_scan(A.bfloat16(), b.bfloat16(), h0.bfloat16())
+    assert got.dtype == torch.bfloat16
+    stored = reference(A.bfloat16().double(), b.bfloat16().double(), h0.bfloat16().double(), "diag", False)
+    assert torch.allclose(got.double(), stored, rtol=2 ** -8, atol=2 ** -8 * stored.abs().max().item())
+
+
+def test_compiles_without_graph_breaks():
+    A, b, h0 = operands("dense", N=4, dtype=torch.float32)
+    A.requires_grad_()
+
+    def loss(A, b, h0):
+        return linear_scan(A, b, h0, "dense").square().sum()
+    assert graph_break_count(loss, A, b, h0) == 0
+    compiled = torch.compile(loss, fullgraph=True)
+    eager_value, = torch.autograd.grad(loss(A, b, h0), A)
+    compiled_value, = torch.autograd.grad(compiled(A, b, h0), A)
+    assert torch.equal(eager_value, compiled_value)
+
+
+def test_errors_name_the_argument():
+    A, b, h0 = operands("diag", dtype=torch.float32)
+    with pytest.raises(TypeError, match="argument 'b' has dtype Long"):
+        linear_scan(A, b.long())
+    with pytest.raises(TypeError, match="argument 'A' has dtype Double, expected Float"):
+        linear_scan(A.double(), b)
+    with pytest.raises(ValueError, match="argument 'A' has shape"):
+        linear_scan(A[:, :-1], b)
+    with pytest.raises(ValueError, match="argument 'h0' has shape"):
+        linear_scan(A, b, h0[:, :-1])
+    with pytest.raises(ValueError, match="argument 'structure' is 'tri'"):
+        linear_scan(A, b, structure="tri")
+    with pytest.raises(ValueError, match="argument 'h0' is given with reverse=True"):
+        linear_scan(A, b, h0, reverse=True)
+    with pytest.raises(ValueError, match="N <= 32"):
+        linear_scan(torch.zeros(1, 2, 33, 33), torch.zeros(1, 2, 33), structure="dense")
+
+
+def test_non_contiguous_inputs_are_copied():
+    A, b, h0 = operands("diag")
+    A_t = A.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not A_t.is_contiguous()
+    assert torch.equal(linear_scan(A_t, b, h0), linear_scan(A, b, h0))

@@ -1,0 +1,33 @@
+// The operator schemas of the paraseq namespace. Kernels: scan_ops.cpp, newton_ops.cpp,
+// odeint_forward.cpp, odeint_backward.cpp (CPU, and CUDA when Kokkos has CUDA); fake kernels and
+// autograd: python/paraseq/_ops.py.
+#include <torch/library.h>
+
+TORCH_LIBRARY(paraseq, m) {
+  // h_t = A_t h_{t-1} + b_t (reverse: lambda_t = A_{t+1}^T lambda_{t+1} + b_t). structure: "diag"
+  // (A [B,T,N]), "block" (A [B,T,N/k,k,k], k = 2, 3 or 4) or "dense" (A [B,T,N,N], N <= 32).
+  m.def("linear_scan(Tensor A, Tensor b, Tensor? h0, str structure, bool reverse) -> Tensor");
+  // Newton solves of ParaGRU (state [B,T,H]) and ParaLSTM (state [B,T,2H], channels (c, h) interleaved)
+  // from pre-projected inputs u [B,T,3H]. residual: max |F| per batch element ([B], float64) when
+  // with_residual, else empty. scan_backend: "auto", "fused", "scan" or "sequential".
+  m.def("para_gru(Tensor u, Tensor a, Tensor? h0, int max_iters, float omega, float? residual_atol, "
+        "float? residual_fail, int picard_iters, bool picard_adapt, str scan_backend, bool with_residual) "
+        "-> (Tensor h, Tensor residual)");
+  m.def("para_gru_backward(Tensor u, Tensor a, Tensor? h0, Tensor h, Tensor grad_h) "
+        "-> (Tensor grad_u, Tensor grad_a, Tensor grad_h0)");
+  m.def("para_lstm(Tensor u, Tensor a, Tensor p, Tensor? state0, int max_iters, float omega, float? residual_atol, "
+        "float? residual_fail, int picard_iters, bool picard_adapt, str scan_backend, bool with_residual) "
+        "-> (Tensor state, Tensor residual)");
+  m.def("para_lstm_backward(Tensor u, Tensor a, Tensor p, Tensor? state0, Tensor state, Tensor grad_state) "
+        "-> (Tensor grad_u, Tensor grad_a, Tensor grad_p, Tensor grad_state0)");
+  // N trajectories of a built-in field observed at the times t: returns [N, len(t), n].
+  // field: "damped_oscillator", "lotka_volterra", "sir", "linear_shared", "linear_own" or "mlp";
+  // params [N, P] (own) and shared [Q] as in src/loops/fields.hpp; mlp_hidden for "mlp".
+  // method: "euler", "heun", "rk4", "dopri5"; step_size fixes the steps, else euler and rk4 step on
+  // the grid t and heun and dopri5 adapt with rtol and atol.
+  m.def("odeint(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, str method, "
+        "float? step_size, float rtol, float atol, int max_steps) -> Tensor");
+  m.def("odeint_backward(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, "
+        "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y) "
+        "-> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
+}

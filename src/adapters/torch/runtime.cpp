@@ -1,0 +1,79 @@
+#include "runtime.hpp"
+
+#include <ATen/core/TensorBody.h>
+#include <ATen/ops/to.h>
+#ifdef KOKKOS_ENABLE_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
+#endif
+
+#include <cstdlib>
+#include <mutex>
+
+namespace paraseq::torch_bridge {
+
+namespace {
+#ifdef KOKKOS_ENABLE_CUDA
+// Kokkos::Cuda instances by stream; released before Kokkos::finalize.
+std::mutex cuda_instances_mutex;
+std::map<cudaStream_t, Kokkos::Cuda>& cuda_instances() {
+  static auto* instances = new std::map<cudaStream_t, Kokkos::Cuda>();
+  return *instances;
+}
+#endif
+
+void finalize_kokkos() {
+#ifdef KOKKOS_ENABLE_CUDA
+  cuda_instances().clear();
+#endif
+  if (Kokkos::is_initialized() && !Kokkos::is_finalized()) Kokkos::finalize();
+}
+} // namespace
+
+void ensure_kokkos() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (Kokkos::is_initialized() || Kokkos::is_finalized()) return; // the host program owns Kokkos
+    // Kokkos' OpenMP warning about OMP_PROC_BIND is meant for standalone programs, not a library in Python.
+    Kokkos::initialize(Kokkos::InitializationSettings().set_disable_warnings(true));
+    // Registered after Kokkos' own start-up, so it runs before the static destructors of the
+    // libraries loaded earlier (torch, the CUDA runtime) and while the interpreter still exists.
+    std::atexit(finalize_kokkos);
+  });
+  TORCH_CHECK(Kokkos::is_initialized(), "paraseq: Kokkos has been finalized; the operators cannot run any more");
+}
+
+#ifdef KOKKOS_ENABLE_CUDA
+Kokkos::Cuda cuda_space(const char* op, const c10::Device& device) {
+  ensure_kokkos();
+  const int kokkos_device = Kokkos::Cuda().cuda_device();
+  TORCH_CHECK(device.index() == kokkos_device, op, ": tensors are on ", device, ", expected cuda:", kokkos_device,
+              " (Kokkos runs on one device per process; choose it with CUDA_VISIBLE_DEVICES)");
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  std::lock_guard<std::mutex> lock(cuda_instances_mutex);
+  auto found = cuda_instances().find(stream);
+  if (found == cuda_instances().end()) found = cuda_instances().emplace(stream, Kokkos::Cuda(stream)).first;
+  return found->second;
+}
+#endif
+
+void check_tensor(const char* op, const char* name, const at::Tensor& tensor, long rank, const at::Tensor& like) {
+  TORCH_CHECK_TYPE(is_supported_dtype(tensor.scalar_type()), op, ": argument '", name, "' has dtype ",
+                   tensor.scalar_type(), ", expected float32, float64, float16 or bfloat16");
+  TORCH_CHECK_TYPE(tensor.scalar_type() == like.scalar_type(), op, ": argument '", name, "' has dtype ",
+                   tensor.scalar_type(), ", expected ", like.scalar_type(), " (the dtype of the first tensor argument)");
+  TORCH_CHECK(tensor.device() == like.device(), op, ": argument '", name, "' is on device ", tensor.device(),
+              ", expected ", like.device(), " (the device of the first tensor argument)");
+  TORCH_CHECK_VALUE(tensor.dim() == rank, op, ": argument '", name, "' has shape ", tensor.sizes(), ", expected ",
+                    rank, " dimensions");
+}
+
+std::vector<double> host_values(const at::Tensor& tensor) {
+  const at::Tensor host = tensor.to(at::kCPU, at::kDouble).contiguous();
+  const double* data = host.const_data_ptr<double>();
+  return std::vector<double>(data, data + host.numel());
+}
+
+} // namespace paraseq::torch_bridge

@@ -309,8 +309,9 @@ TYPED_TEST(RungeKuttaGradients, AdaptiveGradientsMatchTheClosedForm) {
     ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
                              ode::final_and_observed(w, w_obs), ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar},
                              options);
-    auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), hwo = to_host(w_obs);
-    auto gy = to_host(y0_bar), gp = to_host(p_bar);
+    // One declaration per rank: nvcc rejects an auto declaration that deduces different types.
+    auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), gy = to_host(y0_bar), gp = to_host(p_bar);
+    auto hwo = to_host(w_obs);
     for (int i = 0; i < N; ++i) {
       auto loss = [&](double a, double v, double k, double c) {
         const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
@@ -338,7 +339,8 @@ TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
   ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), ode::FixedSteps::count(1, 0.1, 0).observe_at({1}),
                            ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
                            ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
-  auto gy = to_host(y0_bar), gp = to_host(p_bar), hw = to_host(w), hwo = to_host(w_obs);
+  auto gy = to_host(y0_bar), gp = to_host(p_bar), hw = to_host(w);
+  auto hwo = to_host(w_obs);
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < 2; ++k) {
       EXPECT_EQ(gy(i, k), hw(i, k) + hwo(i, 0, k));

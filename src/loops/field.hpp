@@ -108,6 +108,14 @@ KOKKOS_INLINE_FUNCTION int field_size(const Field& field) {
   else return Field::state_size;
 }
 
+// n as a compile-time constant when the field fixes it, so that loops over the components unroll
+// and the stages stay in registers instead of thread-local memory.
+template <class Field>
+KOKKOS_FORCEINLINE_FUNCTION constexpr int known_size(int n) {
+  if constexpr (Field::state_size == runtime_size) return n;
+  else return Field::state_size;
+}
+
 // Parameters seen by a field evaluated on duals: own(k) is a dual seeded along its direction when
 // the P own parameters are differentiated, a constant otherwise.
 template <class S, int P, class T>

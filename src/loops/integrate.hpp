@@ -122,23 +122,28 @@ inline void require(bool ok, const std::string& fn, const std::string& argument,
 
 inline std::string value_text(double x) { return "value " + std::to_string(x); }
 
+template <class V>
+KOKKOS_INLINE_FUNCTION bool row_is_finite(const V& v, long i) {
+  bool finite = true;
+  if constexpr (V::rank == 1) finite = Kokkos::isfinite(v(i));
+  else
+    for (long j = 0; j < long(v.extent(1)); ++j) {
+      if constexpr (V::rank == 2) finite = finite && Kokkos::isfinite(v(i, j));
+      else
+        for (long k = 0; k < long(v.extent(2)); ++k) finite = finite && Kokkos::isfinite(v(i, j, k));
+    }
+  return finite;
+}
+
 // Throws if a View (rank 1 to 3) holds a NaN or Inf, naming the first row that does.
 template <class Space, class V>
 void require_finite(const std::string& fn, const std::string& name, const Space& space, const V& v) {
   if constexpr (is_given_v<V>) {
-    const long columns = V::rank > 1 ? long(v.extent(1)) : 1, depth = V::rank > 2 ? long(v.extent(2)) : 1;
     long first = LONG_MAX;
     Kokkos::parallel_reduce(
         "paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, long(v.extent(0))),
         KOKKOS_LAMBDA(long i, long& lowest) {
-          bool finite = true;
-          for (long j = 0; j < columns; ++j)
-            for (long k = 0; k < depth; ++k) {
-              if constexpr (V::rank == 1) finite = finite && Kokkos::isfinite(v(i));
-              else if constexpr (V::rank == 2) finite = finite && Kokkos::isfinite(v(i, j));
-              else finite = finite && Kokkos::isfinite(v(i, j, k));
-            }
-          if (!finite && i < lowest) lowest = i;
+          if (!row_is_finite(v, i) && i < lowest) lowest = i;
         },
         Kokkos::Min<long>(first));
     if (first != LONG_MAX) throw_invalid(fn, name, "a NaN or Inf in row " + std::to_string(first), "finite values");
@@ -379,6 +384,14 @@ void add_rows(const Space& space, const Rows& rows, int count, const Total& tota
       });
 }
 
+// to(q) = from(q), converted to to's value type.
+template <class Space, class From, class To>
+void convert(const Space& space, const From& from, const To& to) {
+  Kokkos::parallel_for(
+      "paraseq::ode::convert", Kokkos::RangePolicy<Space>(space, 0, to.extent(0)),
+      KOKKOS_LAMBDA(int q) { to(q) = typename To::non_const_value_type(from(q)); });
+}
+
 // Checks what solve() and solve_with_gradient() share; returns n.
 template <class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final, class Observed>
 int check_problem(const std::string& fn, const Space& space, const Problem<Field, Y0, Params, Shared>& problem,
@@ -615,12 +628,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
       if (shared_rows > 0) add_rows(space, grads.shared_bar, end - begin, shared_total);
     }
   });
-  if constexpr (is_given_v<SharedBar>) {
-    auto out = gradients.shared;
-    Kokkos::parallel_for(
-        "paraseq::ode::write_shared", Kokkos::RangePolicy<Space>(space, 0, shared_rows),
-        KOKKOS_LAMBDA(int q) { out(q) = T(shared_total(q)); });
-  }
+  if constexpr (is_given_v<SharedBar>) convert(space, shared_total, gradients.shared);
   summarize(fn, space, report, true);
   return report;
 }

@@ -148,12 +148,12 @@ KOKKOS_INLINE_FUNCTION void fixed_step(const Rk& rk, const Mesh& mesh, Carry<T, 
   const T t = mesh.t(m), h = mesh.h(m), t_next = mesh.t_next(m);
   typename Rk::Stages K;
   T y_new[C];
-  if (c.flags & k_first_valid) copy(rk.n, c.k_first, K[0]);
+  if (c.flags & k_first_valid) copy(rk.size(), c.k_first, K[0]);
   else rk.evaluate(t, c.y, K[0]);
   rk.stages(t, h, t_next, c.y, K, y_new);
-  copy(rk.n, y_new, c.y);
+  copy(rk.size(), y_new, c.y);
   if constexpr (Method::fsal) {
-    copy(rk.n, K[Method::stages - 1], c.k_first);
+    copy(rk.size(), K[Method::stages - 1], c.k_first);
     c.flags |= k_first_valid;
   }
   c.t = t_next;
@@ -166,7 +166,7 @@ KOKKOS_INLINE_FUNCTION void fixed_step(const Rk& rk, const Mesh& mesh, Carry<T, 
 template <class Method, class Rk, class T, int C, class Control, class OnAccept>
 KOKKOS_INLINE_FUNCTION void adaptive_attempt(const Rk& rk, const Control& ctl, Carry<T, C>& c,
                                              const OnAccept& on_accept) {
-  const int n = rk.n;
+  const int n = rk.size();
   if (c.step + c.rejected >= ctl.max_steps) {
     c.status = int(Status::max_steps);
     return;
@@ -218,7 +218,7 @@ KOKKOS_INLINE_FUNCTION void adaptive_attempt(const Rk& rk, const Control& ctl, C
 // Hairer's starting step size (Solving ODEs I, II.4) from y0 and k_first = f(t0, y0).
 template <class Rk, class T, int C, class Control>
 KOKKOS_INLINE_FUNCTION T first_step_size(const Rk& rk, const Control& ctl, const Carry<T, C>& c) {
-  const int n = rk.n;
+  const int n = rk.size();
   const Tolerances<T> tol = ctl.tolerances();
   T d0 = 0, d1 = 0;
   for (int k = 0; k < n; ++k) {
@@ -323,7 +323,7 @@ struct Forward {
   struct InitTag {};
 
   Field field;
-  int n;
+  int runtime_n;
   ForwardData<T> data;
   Stepping stepping;
   CarryViews<T, Space> carry;
@@ -331,13 +331,15 @@ struct Forward {
   int begin, end; // the chunk's trajectories: carry row = trajectory - begin
   int iterations; // steps (adaptive: attempts) per launch
 
+  KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(runtime_n); }
+
   // Trajectories per thread: several on host cores, one on devices (whose warps hide latency).
   static constexpr int lanes = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
 
   // Observations may be wanted by cotangents only, with no View to write.
   KOKKOS_INLINE_FUNCTION void write_observation(int traj, int j, const T* y) const {
     if (data.observed.data)
-      for (int k = 0; k < n; ++k) data.observed(traj, j, k) = y[k];
+      for (int k = 0; k < size(); ++k) data.observed(traj, j, k) = y[k];
   }
 
   // A stopped trajectory: its final state, or NaN for what a failure left unreached.
@@ -345,22 +347,22 @@ struct Forward {
     const bool failed = c.status != int(Status::success);
     if (failed) {
       T unreached[Capacity];
-      for (int k = 0; k < n; ++k) unreached[k] = Kokkos::Experimental::quiet_NaN_v<T>;
+      for (int k = 0; k < size(); ++k) unreached[k] = Kokkos::Experimental::quiet_NaN_v<T>;
       for (int j = c.next_observation; j < data.observations; ++j) write_observation(traj, j, unreached);
     }
     if (data.final_state.data)
-      for (int k = 0; k < n; ++k) data.final_state(traj, k) = failed ? Kokkos::Experimental::quiet_NaN_v<T> : c.y[k];
+      for (int k = 0; k < size(); ++k) data.final_state(traj, k) = failed ? Kokkos::Experimental::quiet_NaN_v<T> : c.y[k];
   }
 
   KOKKOS_INLINE_FUNCTION void checkpoint(int row, const C& c) const {
     if constexpr (Checkpointing)
-      if (c.step % checkpoints.interval == 0) checkpoints.save(Stepping::adaptive, row, n, c);
+      if (c.step % checkpoints.interval == 0) checkpoints.save(Stepping::adaptive, row, size(), c);
   }
 
   KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
-    const Rk rk{field, n, data.parameters(traj)};
+    const Rk rk{field, runtime_n, data.parameters(traj)};
     C c;
-    for (int k = 0; k < n; ++k) c.y[k] = data.y0(traj, k);
+    for (int k = 0; k < size(); ++k) c.y[k] = data.y0(traj, k);
     c.step = 0, c.rejected = 0, c.next_observation = 0, c.flags = 0;
     c.err_prev = T(1);
     c.status = status_running;
@@ -387,16 +389,16 @@ struct Forward {
         c.flags = k_first_valid;
       }
     }
-    if (!all_finite(n, c.y)) c.status = int(Status::non_finite);
+    if (!all_finite(size(), c.y)) c.status = int(Status::non_finite);
     else if (done) c.status = int(Status::success);
     if (c.status != status_running) finish(traj, c);
     checkpoint(traj - begin, c);
-    carry.store(traj - begin, n, c);
+    carry.store(traj - begin, size(), c);
   }
 
   // One step (adaptive: one attempt) of a running trajectory.
   KOKKOS_INLINE_FUNCTION void advance(int traj, C& c) const {
-    const Rk rk{field, n, data.parameters(traj)};
+    const Rk rk{field, runtime_n, data.parameters(traj)};
     const int step = c.step;
     if constexpr (Stepping::adaptive) {
       const auto& ctl = stepping;
@@ -415,10 +417,10 @@ struct Forward {
     } else {
       fixed_step<Method>(rk, stepping, c);
       const int last = stepping.first_observation(c.step + 1);
-      if (c.next_observation < last && !all_finite(n, c.y)) c.status = int(Status::non_finite);
+      if (c.next_observation < last && !all_finite(size(), c.y)) c.status = int(Status::non_finite);
       for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
       if (c.step == stepping.steps && c.status == status_running)
-        c.status = int(all_finite(n, c.y) ? Status::success : Status::non_finite);
+        c.status = int(all_finite(size(), c.y) ? Status::success : Status::non_finite);
     }
     if (c.step != step && c.status == status_running) checkpoint(traj - begin, c);
     if (c.status != status_running) finish(traj, c);
@@ -427,9 +429,10 @@ struct Forward {
   // Runs the trajectories of one block of `lanes`, step by step in lockstep: on a host core their
   // independent steps overlap in the pipeline, where one trajectory alone waits on each result.
   KOKKOS_FUNCTION void operator()(int block) const {
-    const int first = begin + block * lanes, count = Kokkos::min(lanes, end - first);
-    C carries[lanes];
-    for (int l = 0; l < count; ++l) carry.load(first + l - begin, n, carries[l]);
+    constexpr int L = lanes; // a local: device code cannot bind a static member to a reference
+    const int first = begin + block * L, count = Kokkos::min(L, end - first);
+    C carries[L];
+    for (int l = 0; l < count; ++l) carry.load(first + l - begin, size(), carries[l]);
     for (int it = 0; it < iterations; ++it) {
       bool running = false;
       for (int l = 0; l < count; ++l)
@@ -439,7 +442,7 @@ struct Forward {
         }
       if (!running) break;
     }
-    for (int l = 0; l < count; ++l) carry.store(first + l - begin, n, carries[l]);
+    for (int l = 0; l < count; ++l) carry.store(first + l - begin, size(), carries[l]);
   }
 };
 
@@ -468,7 +471,7 @@ struct Backward {
   }();
 
   Field field;
-  int n;
+  int runtime_n;
   ForwardData<T> data;
   Stepping stepping;
   CarryViews<T, Space> carry; // the forward carry: its step is each trajectory's step count
@@ -477,13 +480,15 @@ struct Backward {
   int begin;
   int iterations;
 
+  KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(runtime_n); }
+
   KOKKOS_INLINE_FUNCTION void add_observation_bar(int traj, int j, T* lambda) const {
-    for (int k = 0; k < n; ++k) lambda[k] += grads.observed_bar(traj, j, k);
+    for (int k = 0; k < size(); ++k) lambda[k] += grads.observed_bar(traj, j, k);
   }
 
   KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
     const int row = traj - begin;
-    for (int k = 0; k < n; ++k) grads.lambda(row, k) = grads.final_bar.data ? grads.final_bar(traj, k) : T(0);
+    for (int k = 0; k < size(); ++k) grads.lambda(row, k) = grads.final_bar.data ? grads.final_bar(traj, k) : T(0);
     if (grads.params_bar.data)
       for (int k = 0; k < grads.parameters; ++k) grads.params_bar(traj, k) = T(0);
     for (int k = 0; k < int(grads.shared_bar.extent(1)); ++k) grads.shared_bar(row, k) = T(0);
@@ -496,32 +501,32 @@ struct Backward {
   // Observations at t0 and the gradient with respect to y0.
   KOKKOS_INLINE_FUNCTION void finalize(int traj, int row) const {
     T lambda[Capacity];
-    for (int k = 0; k < n; ++k) lambda[k] = grads.lambda(row, k);
+    for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
     for (int j = grads.next_observation(row); j >= 0; --j) add_observation_bar(traj, j, lambda);
     grads.next_observation(row) = -1;
     if (grads.y0_bar.data)
-      for (int k = 0; k < n; ++k) grads.y0_bar(traj, k) = lambda[k];
+      for (int k = 0; k < size(); ++k) grads.y0_bar(traj, k) = lambda[k];
   }
 
   // Replays segment k from its checkpoint, storing the state (and, adaptive, t, h, t_next) at
   // the start of each of its steps.
   KOKKOS_INLINE_FUNCTION void replay(const Rk& rk, int row, int k, int total_steps) const {
     C c;
-    checkpoints.restore(Stepping::adaptive, row, k, n, c);
+    checkpoints.restore(Stepping::adaptive, row, k, size(), c);
     const int count = Kokkos::min(checkpoints.interval, total_steps - k * checkpoints.interval);
     int recorded = 0;
     while (recorded < count) {
       if constexpr (Stepping::adaptive) {
         adaptive_attempt<Method>(rk, stepping, c, [&](const C& start, const typename Rk::Stages&, T h, T t_new,
                                                        const T*) {
-          for (int j = 0; j < n; ++j) checkpoints.segment_y(row, recorded, j) = start.y[j];
+          for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = start.y[j];
           checkpoints.segment_t(row, recorded) = start.t;
           checkpoints.segment_h(row, recorded) = h;
           checkpoints.segment_t_next(row, recorded) = t_new;
           ++recorded;
         });
       } else {
-        for (int j = 0; j < n; ++j) checkpoints.segment_y(row, recorded, j) = c.y[j];
+        for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = c.y[j];
         fixed_step<Method>(rk, stepping, c);
         ++recorded;
       }
@@ -534,7 +539,7 @@ struct Backward {
     if (m == 0) return;
     const int total_steps = carry.step(row);
     const ParameterAccess<T> p = data.parameters(traj);
-    const Rk rk{field, n, p};
+    const Rk rk{field, runtime_n, p};
 
     T own_bar[local_parameters > 0 ? local_parameters : 1];
     T sink = 0;
@@ -550,7 +555,7 @@ struct Backward {
     if (grads.shared_bar.extent(1) > 0) p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = grads.shared_bar.stride(1);
 
     T lambda[Capacity], y[Capacity];
-    for (int k = 0; k < n; ++k) lambda[k] = grads.lambda(row, k);
+    for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
     int j = grads.next_observation(row);
     int loaded = grads.segment(row);
     typename Rk::Stages K, K_bar;
@@ -561,7 +566,7 @@ struct Backward {
         replay(rk, row, k, total_steps);
         loaded = k;
       }
-      for (int c = 0; c < n; ++c) y[c] = checkpoints.segment_y(row, slot, c);
+      for (int c = 0; c < size(); ++c) y[c] = checkpoints.segment_y(row, slot, c);
       T t, h, t_next;
       if constexpr (Stepping::adaptive) {
         t = checkpoints.segment_t(row, slot), h = checkpoints.segment_h(row, slot);
@@ -577,7 +582,7 @@ struct Backward {
       if constexpr (Stepping::adaptive) {
         for (; j >= 0 && stepping.observation_times(j) > t; --j) {
           T g[Capacity];
-          for (int c = 0; c < n; ++c) g[c] = grads.observed_bar(traj, j, c), lambda[c] += g[c];
+          for (int c = 0; c < size(); ++c) g[c] = grads.observed_bar(traj, j, c), lambda[c] += g[c];
           rk.seed_dense((stepping.observation_times(j) - t) / h, h, g, K_bar);
           last_stage_seeded = true;
         }
@@ -585,7 +590,7 @@ struct Backward {
       rk.template sweep<OwnGradients>(t, h, t_next, y, K, K_bar, lambda, p_bar, grads.parameters, last_stage_seeded);
     }
 
-    for (int c = 0; c < n; ++c) grads.lambda(row, c) = lambda[c];
+    for (int c = 0; c < size(); ++c) grads.lambda(row, c) = lambda[c];
     grads.step(row) = m;
     grads.next_observation(row) = j;
     grads.segment(row) = loaded;

@@ -31,6 +31,15 @@ KOKKOS_FORCEINLINE_FUNCTION constexpr void static_for_reverse(const F& f) {
   }
 }
 
+// Tableau entries through constexpr functions: device code may read a constexpr array's elements
+// only in constant expressions of such functions (CUDA's rule for host constexpr variables).
+template <class Method>
+struct Coefficients {
+  KOKKOS_INLINE_FUNCTION static constexpr double a(int i, int j) { return Method::a[i][j]; }
+  KOKKOS_INLINE_FUNCTION static constexpr double b(int i) { return Method::b[i]; }
+  KOKKOS_INLINE_FUNCTION static constexpr double c(int i) { return Method::c[i]; }
+};
+
 // Coefficient rows as types, so that every coefficient is a constant expression.
 template <class Method, int I>
 struct RowOfA {
@@ -58,7 +67,8 @@ KOKKOS_FORCEINLINE_FUNCTION T weighted_stages(const Stages& K, int c) {
   constexpr int first = first_nonzero<Row, Count>();
   if constexpr (first == Count) return T(0);
   else {
-    T sum = T(Row::at(first)) * K[first][c];
+    constexpr double w_first = Row::at(first);
+    T sum = T(w_first) * K[first][c];
     static_for<first + 1, Count>([&](auto J) {
       constexpr double w = Row::at(decltype(J)::value);
       if constexpr (w != 0) sum += T(w) * K[decltype(J)::value][c];
@@ -83,12 +93,14 @@ struct RkStep {
   int n;
   ParameterAccess<T> p;
 
+  KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(n); }
+
   KOKKOS_FORCEINLINE_FUNCTION void evaluate(T t, const T* y, T* dy) const { field(t, y, p, dy); }
 
   // out = y + h sum_j Row_j K_j.
   template <class Row, int Count>
   KOKKOS_FORCEINLINE_FUNCTION void combine(T h, const T* y, const Stages& K, T* out) const {
-    for (int c = 0; c < n; ++c) {
+    for (int c = 0; c < size(); ++c) {
       if constexpr (first_nonzero<Row, Count>() == Count) out[c] = y[c];
       else out[c] = y[c] + h * weighted_stages<Row, Count, T>(K, c);
     }
@@ -97,7 +109,7 @@ struct RkStep {
   // The time of stage i: stages with c_i = 1 use t_next, the step's end as the caller defines it.
   template <int I>
   KOKKOS_FORCEINLINE_FUNCTION static T stage_time(T t, T h, T t_next) {
-    constexpr double c_i = Method::c[I];
+    constexpr double c_i = Coefficients<Method>::c(I);
     if constexpr (c_i == 1) return t_next;
     else return t + T(c_i) * h;
   }
@@ -119,19 +131,19 @@ struct RkStep {
   // RMS over components of the local error estimate divided by atol + rtol max(|y|, |y_next|).
   KOKKOS_FUNCTION T error_norm(T h, const T* y, const T* y_next, const Stages& K, const Tolerances<T>& tol) const {
     T sum = 0;
-    for (int c = 0; c < n; ++c) {
+    for (int c = 0; c < size(); ++c) {
       const T error = h * weighted_stages<ErrorWeights<Method>, S, T>(K, c);
       const T scale = tol.atol[c] + tol.rtol[c] * Kokkos::max(Kokkos::abs(y[c]), Kokkos::abs(y_next[c]));
       sum += (error / scale) * (error / scale);
     }
-    return Kokkos::sqrt(sum / T(n));
+    return Kokkos::sqrt(sum / T(size()));
   }
 
   // The dense output at t + theta h: y + h sum_j w_j(theta) K_j.
   KOKKOS_FUNCTION void dense(T theta, T h, const T* y, const Stages& K, T* out) const {
     T w[S];
     Method::dense_weights(theta, w);
-    for (int c = 0; c < n; ++c) {
+    for (int c = 0; c < size(); ++c) {
       T sum = 0;
       static_for<0, S>([&](auto J) { sum += w[decltype(J)::value] * K[decltype(J)::value][c]; });
       out[c] = y[c] + h * sum;
@@ -153,8 +165,8 @@ struct RkStep {
   // K_bar_i = h b_i lambda_next.
   KOKKOS_FUNCTION void seed(T h, const T* lambda_next, Stages& K_bar) const {
     static_for<0, S>([&](auto I) {
-      constexpr double b_i = Method::b[decltype(I)::value];
-      for (int c = 0; c < n; ++c) K_bar[decltype(I)::value][c] = h * T(b_i) * lambda_next[c];
+      constexpr double b_i = Coefficients<Method>::b(decltype(I)::value);
+      for (int c = 0; c < size(); ++c) K_bar[decltype(I)::value][c] = h * T(b_i) * lambda_next[c];
     });
   }
 
@@ -163,7 +175,7 @@ struct RkStep {
     T w[S];
     Method::dense_weights(theta, w);
     static_for<0, S>([&](auto I) {
-      for (int c = 0; c < n; ++c) K_bar[decltype(I)::value][c] += h * w[decltype(I)::value] * g[c];
+      for (int c = 0; c < size(); ++c) K_bar[decltype(I)::value][c] += h * w[decltype(I)::value] * g[c];
     });
   }
 
@@ -175,18 +187,18 @@ struct RkStep {
     T Y[Capacity], Y_bar[Capacity];
     static_for_reverse<0, S>([&](auto I) {
       constexpr int i = decltype(I)::value;
-      if constexpr (i == S - 1 && Method::b[S - 1] == 0) {
+      if constexpr (i == S - 1 && Coefficients<Method>::b(S - 1) == 0) {
         if (!last_stage_seeded) return;
       }
       combine<RowOfA<Method, i>, i>(h, y, K, Y);
-      for (int c = 0; c < n; ++c) Y_bar[c] = 0;
-      field_vjp<Capacity, WithParameters>(field, n, parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i], Y_bar,
+      for (int c = 0; c < size(); ++c) Y_bar[c] = 0;
+      field_vjp<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i], Y_bar,
                                             p_bar);
-      for (int c = 0; c < n; ++c) y_bar[c] += Y_bar[c];
+      for (int c = 0; c < size(); ++c) y_bar[c] += Y_bar[c];
       static_for<0, i>([&](auto J) {
-        constexpr double a_ij = Method::a[i][decltype(J)::value];
+        constexpr double a_ij = Coefficients<Method>::a(i, decltype(J)::value);
         if constexpr (a_ij != 0)
-          for (int c = 0; c < n; ++c) K_bar[decltype(J)::value][c] += h * T(a_ij) * Y_bar[c];
+          for (int c = 0; c < size(); ++c) K_bar[decltype(J)::value][c] += h * T(a_ij) * Y_bar[c];
       });
     });
   }

@@ -59,19 +59,8 @@ struct RK4 {
   static constexpr double b_hat[stages] = {0, 0, 0, 0};
 };
 
-namespace detail {
-// Cubic Hermite interpolation between (y, K_0) and (y_next, K_{s-1}), valid for FSAL methods whose
-// last stage is f(t + h, y_next), written as weights over the stages.
-template <class Method, class T>
-KOKKOS_INLINE_FUNCTION constexpr void hermite_dense_weights(T theta, T* w) {
-  const T theta2 = theta * theta, theta3 = theta2 * theta;
-  for (int i = 0; i < Method::stages; ++i) w[i] = (3 * theta2 - 2 * theta3) * T(Method::b[i]);
-  w[0] += theta - 2 * theta2 + theta3;
-  w[Method::stages - 1] += theta3 - theta2;
-}
-} // namespace detail
-
-// Bogacki–Shampine 3(2), FSAL; its dense output is the cubic Hermite interpolant.
+// Bogacki–Shampine 3(2), FSAL; its dense output is the cubic Hermite interpolant between
+// (y, K_0) and (y_next, K_3 = f(t + h, y_next)), written as weights over the stages.
 struct BogackiShampine3 {
   static constexpr const char* name = "bosh3";
   static constexpr int stages = 4, order = 3, embedded_order = 2;
@@ -83,8 +72,11 @@ struct BogackiShampine3 {
   static constexpr double b_hat[stages] = {7.0 / 24, 0.25, 1.0 / 3, 0.125};
 
   template <class T>
-  KOKKOS_INLINE_FUNCTION static constexpr void dense_weights(T theta, T* w) {
-    detail::hermite_dense_weights<BogackiShampine3>(theta, w);
+  KOKKOS_INLINE_FUNCTION static constexpr void dense_weights(T x, T* w) {
+    w[0] = x * (T(1) + x * (T(-4.0 / 3) + x * T(5.0 / 9)));
+    w[1] = x * x * (T(1) + x * T(-2.0 / 3));
+    w[2] = x * x * (T(4.0 / 3) + x * T(-8.0 / 9));
+    w[3] = x * x * (T(-1) + x);
   }
 };
 

@@ -8,3 +8,5 @@
 #include <paraseq/solvers/input_projection.hpp>
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
+#include <paraseq/loops/fields.hpp>
+#include <paraseq/loops/integrate.hpp>

@@ -10,6 +10,7 @@ the same run, so a machine that is uniformly slower or busier does not look like
 a normalised time more than --threshold (default 15%) above the baseline's is flagged.
 
     run_benchmarks.py --build-dir build/main [--quick] [--out report.json] [--baseline base.json]
+    run_benchmarks.py --raw gbench.json --build-dir DIR --out report.json   (a run made elsewhere)
 """
 
 import argparse
@@ -142,12 +143,18 @@ def main():
     parser.add_argument("--threshold", type=float, default=0.15)
     parser.add_argument("--fail-on-regression", action="store_true")
     parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--raw", default=None,
+                        help="summarise this Google Benchmark JSON (from a run elsewhere) instead of running")
     args = parser.parse_args()
 
     executable = os.path.join(args.build_dir, "perf_tests", "paraseq_benchmarks")
     benchmark_filter = args.filter or (QUICK_FILTER if args.quick else None)
     repetitions = args.repetitions or (5 if args.quick else 10)
-    raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
+    if args.raw:
+        with open(args.raw) as raw_file:
+            raw = json.load(raw_file)
+    else:
+        raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
     report = {
         "machine": machine_description(),
         "versions": build_versions(args.build_dir),

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Draws the PNG plots of docs/performance.md from benchmark reports (run_benchmarks.py JSON).
+
+    plots.py --out docs/img LABEL=REPORT.json [LABEL=REPORT.json ...]
+
+One figure per question, with one line per report (machine):
+  scan_bandwidth.png   diagonal scan: % of the run's copy bandwidth against B*N (fixed B*N*T)
+  newton_modes.png     ParaGRU forward time per mode and shape
+  rk_time.png          RK4 / DP5 time against the number of trajectories N
+"""
+
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(pairs):
+    reports = []
+    for pair in pairs:
+        label, path = pair.split("=", 1)
+        with open(path) as f:
+            reports.append((label, json.load(f)["results"]))
+    return reports
+
+
+def matching(results, prefix, **shape):
+    return [r for r in results if r["name"].startswith(prefix + "/") and
+            all(r["shape"].get(k) == v for k, v in shape.items())]
+
+
+def scan_bandwidth(reports, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, results in reports:
+        for sequential, style in ((0, "-o"), (1, "--x")):
+            rows = sorted((r["shape"]["log2BN"], r["pct_copy_bandwidth"])
+                          for r in matching(results, "scan_diagonal_forward", sequential=sequential)
+                          if r["shape"]["log2BN"] + r["shape"]["log2T"] == 26 and r["pct_copy_bandwidth"])
+            if rows:
+                ax.plot(*zip(*rows), style, label=f"{label}, {'sequential loop' if sequential else 'automatic plan'}")
+    ax.set(xlabel="log2(B·N) at B·N·T = 2^26, fp32", ylabel="% of copy bandwidth (same run)",
+           title="Diagonal linear scan")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "scan_bandwidth.png"), dpi=120)
+
+
+def newton_modes(reports, out):
+    modes = {0: "automatic", 1: "newton", 2: "fused", 3: "sequential"}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(reports) * len(modes))
+    shapes = []
+    for index, (label, results) in enumerate(reports):
+        rows = matching(results, "gru_forward")
+        shapes = sorted({(r["shape"]["B"], r["shape"]["T"], r["shape"]["H"]) for r in rows}) or shapes
+        for m, mode in modes.items():
+            times = [next((r["seconds"] * 1e3 for r in rows if (r["shape"]["B"], r["shape"]["T"], r["shape"]["H"]) == s
+                           and r["shape"]["mode"] == m), 0) for s in shapes]
+            offset = (index * len(modes) + m) * width
+            ax.bar([i + offset for i in range(len(shapes))], times, width, label=f"{label} {mode}")
+    ax.set_xticks([i + 0.4 for i in range(len(shapes))], [f"{b}×{t}×{h}" for b, t, h in shapes], fontsize=8)
+    ax.set(yscale="log", ylabel="ms", xlabel="(B, T, H)", title="ParaGRU forward, K = 3, fp32")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "newton_modes.png"), dpi=120)
+
+
+def rk_time(reports, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, results in reports:
+        for bench, style in (("rk4_fixed", "-o"), ("dopri5_adaptive", "--s")):
+            rows = sorted((r["shape"]["log2N"], r["seconds"] * 1e3)
+                          for r in matching(results, bench, n=2, steps=1000, gradient=0, stepped=0))
+            if rows:
+                ax.plot(*zip(*rows), style, label=f"{label} {bench}")
+    ax.set(yscale="log", xlabel="log2(N trajectories), n = 2, 1000 steps", ylabel="ms",
+           title="Batched Runge–Kutta, fused loop")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "rk_time.png"), dpi=120)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="docs/img")
+    parser.add_argument("reports", nargs="+", help="LABEL=REPORT.json")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    reports = load(args.reports)
+    for draw in (scan_bandwidth, newton_modes, rk_time):
+        draw(reports, args.out)
+    print(f"plots written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -17,15 +17,18 @@ def oscillator_closed_form(k, c, y0, t):
     return torch.stack([torch.einsum("nij,nj->ni", torch.linalg.matrix_exp(M * s), y0) for s in t.tolist()])
 
 
-@pytest.mark.parametrize("method,step_size,tolerance", [
-    ("dopri5", None, 1e-7), ("heun", None, 1e-4), ("rk4", 0.01, 1e-9), ("euler", 1e-4, 1e-3),
-    ("heun", 1e-3, 1e-5), ("dopri5", 0.05, 1e-8)])
-def test_damped_oscillator_matches_the_closed_form(method, step_size, tolerance):
+# Tolerances: the global error of each method at its step size or rtol (euler O(h), heun O(h^2),
+# rk4 and dopri5 O(h^4) and O(h^5)), with a margin of about 2.
+@pytest.mark.parametrize("method,step_size,rtol,tolerance", [
+    ("dopri5", None, 1e-9, 1e-7), ("heun", None, 1e-6, 1e-4), ("rk4", 0.01, None, 2e-8), ("euler", 1e-4, None, 3e-3),
+    ("heun", 1e-3, None, 1e-5), ("dopri5", 0.05, None, 1e-7)])
+def test_damped_oscillator_matches_the_closed_form(method, step_size, rtol, tolerance):
     k = torch.tensor([1.0, 4.0, 2.5], dtype=DOUBLE)
     c = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE)
     y0 = torch.randn(3, 2, dtype=DOUBLE)
     t = torch.tensor([0.0, 0.37, 1.0, 2.0], dtype=DOUBLE)
-    y = odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step_size, rtol=1e-9, atol=1e-11)
+    y = odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step_size, rtol=rtol or 1e-6,
+               atol=(rtol or 1e-6) * 1e-2)
     assert y.shape == (4, 3, 2)
     assert torch.equal(y[0], y0)
     assert (y - oscillator_closed_form(k, c, y0, t)).abs().max() <= tolerance
@@ -171,7 +174,7 @@ def test_failures_are_loud():
         odeint(field, y0, t, method="rk45")
     with pytest.raises(ValueError, match="argument 'y0' has shape"):
         odeint(field, y0[:, :1], t)
-    with pytest.raises(ValueError, match="argument 't' has t\\[1\\]"):
+    with pytest.raises(ValueError, match="argument 't' has t\\[2\\] = 1 after t\\[1\\]"):
         odeint(field, y0, torch.tensor([0.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="argument 'step_size'"):
         odeint(field, y0, t, step_size=-0.1)

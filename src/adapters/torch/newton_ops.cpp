@@ -123,11 +123,12 @@ std::vector<at::Tensor> newton_gradients(const char* op, const at::Tensor& u, co
       });
     });
   });
-  // dparams holds the parameters' slots in order (a's rows, then p's).
+  // dparams holds the parameters' slots in order (a's rows, then p's); each gradient gets its own
+  // storage (copy = true): outputs of an operator must not alias each other.
   std::vector<at::Tensor> result{du.to(u.scalar_type())};
   long offset = 0;
   for (const at::Tensor& p : params) {
-    result.push_back(dparams.narrow(0, offset, p.numel()).view(p.sizes()).to(u.scalar_type()));
+    result.push_back(dparams.narrow(0, offset, p.numel()).view(p.sizes()).to(u.scalar_type(), false, true));
     offset += p.numel();
   }
   result.push_back(dh0.to(u.scalar_type()));

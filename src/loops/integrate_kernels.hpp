@@ -53,7 +53,8 @@ template <class T, int Capacity>
 struct Carry {
   T y[Capacity];
   T k_first[Capacity];
-  T t, h, err_prev;
+  T t, h;
+  T log_err_prev; // log of the previous accepted error norm: the controller needs its power
   int step;     // fixed: mesh steps done; adaptive: accepted steps
   int rejected; // adaptive: rejected attempts
   int next_observation;
@@ -66,7 +67,7 @@ struct CarryViews {
   using Layout = typename Space::array_layout;
   using Mem = typename Space::memory_space;
   Kokkos::View<T**, Layout, Mem> y, k_first;
-  Kokkos::View<T*, Mem> t, h, err_prev;
+  Kokkos::View<T*, Mem> t, h, log_err_prev;
   Kokkos::View<int*, Mem> step, rejected, next_observation, status, flags;
 
   CarryViews() = default;
@@ -75,7 +76,7 @@ struct CarryViews {
         k_first(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_k"), count, n),
         t(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_t"), count),
         h(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_h"), count),
-        err_prev(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_err"), count),
+        log_err_prev(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_err"), count),
         step(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_step"), count),
         rejected(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_rejected"), count),
         next_observation(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_obs"), count),
@@ -90,7 +91,7 @@ struct CarryViews {
       c.y[k] = y(i, k);
       c.k_first[k] = k_first(i, k);
     }
-    c.t = t(i), c.h = h(i), c.err_prev = err_prev(i);
+    c.t = t(i), c.h = h(i), c.log_err_prev = log_err_prev(i);
     c.step = step(i), c.rejected = rejected(i), c.next_observation = next_observation(i);
     c.status = status(i), c.flags = flags(i);
   }
@@ -100,7 +101,7 @@ struct CarryViews {
       y(i, k) = c.y[k];
       k_first(i, k) = c.k_first[k];
     }
-    t(i) = c.t, h(i) = c.h, err_prev(i) = c.err_prev;
+    t(i) = c.t, h(i) = c.h, log_err_prev(i) = c.log_err_prev;
     step(i) = c.step, rejected(i) = c.rejected, next_observation(i) = c.next_observation;
     status(i) = c.status, flags(i) = c.flags;
   }
@@ -188,9 +189,11 @@ KOKKOS_INLINE_FUNCTION void adaptive_attempt(const Rk& rk, const Control& ctl, C
   rk.stages(c.t, h, t_new, c.y, K, y_new);
   const T err = rk.error_norm(h, c.y, y_new, K, ctl.tolerances());
   const bool finite = Kokkos::isfinite(err) && all_finite(n, y_new);
+  // Powers of the error norms as exp and log: one of each per attempt.
+  const T log_err = Kokkos::log(err);
   if (!(finite && err <= T(1))) {
     const T factor =
-        finite ? Kokkos::max(ctl.min_factor, ctl.safety * Kokkos::pow(err, -ctl.reject_exponent)) : ctl.min_factor;
+        finite ? Kokkos::max(ctl.min_factor, ctl.safety * Kokkos::exp(-ctl.reject_exponent * log_err)) : ctl.min_factor;
     c.h = h * factor;
     c.rejected += 1;
     c.flags = (c.flags | last_rejected) & ~nonfinite_attempt;
@@ -198,14 +201,13 @@ KOKKOS_INLINE_FUNCTION void adaptive_attempt(const Rk& rk, const Control& ctl, C
     return;
   }
   on_accept(c, K, h, t_new, y_new);
-  T factor = err == T(0) ? ctl.max_factor
-                         : ctl.safety * Kokkos::pow(err, -ctl.beta1) * Kokkos::pow(c.err_prev, ctl.beta2);
+  T factor = err == T(0) ? ctl.max_factor : ctl.safety * Kokkos::exp(ctl.beta2 * c.log_err_prev - ctl.beta1 * log_err);
   factor = Kokkos::min(ctl.max_factor, Kokkos::max(ctl.min_factor, factor));
   if (c.flags & last_rejected) factor = Kokkos::min(factor, T(1));
   copy(n, y_new, c.y);
   c.t = t_new;
   c.h = h * factor;
-  c.err_prev = Kokkos::max(err, T(1e-4));
+  c.log_err_prev = Kokkos::max(log_err, T(-9.210340371976184)); // log(1e-4): a floor on e_prev
   c.step += 1;
   c.flags &= ~(last_rejected | nonfinite_attempt | k_first_valid);
   if constexpr (Method::fsal) {
@@ -252,7 +254,7 @@ struct Checkpoints {
   using Layout = typename Space::array_layout;
   using Mem = typename Space::memory_space;
   Kokkos::View<T***, Layout, Mem> y;                      // [chunk, count, n]
-  Kokkos::View<T**, Layout, Mem> t, h, err_prev;          // adaptive: [chunk, count]
+  Kokkos::View<T**, Layout, Mem> t, h, log_err_prev;      // adaptive: [chunk, count]
   Kokkos::View<int**, Layout, Mem> flags;                 // adaptive: [chunk, count]
   Kokkos::View<T***, Layout, Mem> segment_y;              // [chunk, interval, n]
   Kokkos::View<T**, Layout, Mem> segment_t, segment_h, segment_t_next; // adaptive: [chunk, interval]
@@ -265,7 +267,7 @@ struct Checkpoints {
     y = decltype(y)(alloc("paraseq::ode::checkpoint_y"), chunk, count, n);
     t = decltype(t)(alloc("paraseq::ode::checkpoint_t"), scalars, count);
     h = decltype(h)(alloc("paraseq::ode::checkpoint_h"), scalars, count);
-    err_prev = decltype(err_prev)(alloc("paraseq::ode::checkpoint_err"), scalars, count);
+    log_err_prev = decltype(log_err_prev)(alloc("paraseq::ode::checkpoint_err"), scalars, count);
     flags = decltype(flags)(alloc("paraseq::ode::checkpoint_flags"), scalars, count);
     segment_y = decltype(segment_y)(alloc("paraseq::ode::segment_y"), chunk, interval, n);
     segment_t = decltype(segment_t)(alloc("paraseq::ode::segment_t"), scalars, interval);
@@ -284,7 +286,7 @@ struct Checkpoints {
     const int k = c.step / interval;
     for (int j = 0; j < n; ++j) y(i, k, j) = c.y[j];
     if (adaptive) {
-      t(i, k) = c.t, h(i, k) = c.h, err_prev(i, k) = c.err_prev;
+      t(i, k) = c.t, h(i, k) = c.h, log_err_prev(i, k) = c.log_err_prev;
       flags(i, k) = c.flags & ~k_first_valid;
     }
   }
@@ -297,7 +299,7 @@ struct Checkpoints {
     c.rejected = 0;
     c.status = status_running;
     c.flags = 0;
-    if (adaptive) c.t = t(i, k), c.h = h(i, k), c.err_prev = err_prev(i, k), c.flags = flags(i, k);
+    if (adaptive) c.t = t(i, k), c.h = h(i, k), c.log_err_prev = log_err_prev(i, k), c.flags = flags(i, k);
   }
 };
 
@@ -364,7 +366,7 @@ struct Forward {
     C c;
     for (int k = 0; k < size(); ++k) c.y[k] = data.y0(traj, k);
     c.step = 0, c.rejected = 0, c.next_observation = 0, c.flags = 0;
-    c.err_prev = T(1);
+    c.log_err_prev = T(0); // e_prev = 1
     c.status = status_running;
     bool done;
     if constexpr (Stepping::adaptive) {

@@ -116,26 +116,62 @@ KOKKOS_FORCEINLINE_FUNCTION constexpr int known_size(int n) {
   else return Field::state_size;
 }
 
+// One trajectory's own parameters copied into registers, for a field that bounds their number
+// with max_parameter_count <= 16; shared ones are read where they are.
+template <class T, int P>
+struct RegisterParameters {
+  T own_values[P];
+  const T* shared_data = nullptr;
+  long shared_stride = 0;
+
+  KOKKOS_INLINE_FUNCTION T own(int k) const { return own_values[k]; }
+  KOKKOS_INLINE_FUNCTION T shared(int k) const { return shared_data[k * shared_stride]; }
+};
+
+template <class Field>
+constexpr int count_register_parameters() {
+  if constexpr (HasMaxParameterCount<Field>) return Field::max_parameter_count <= 16 ? Field::max_parameter_count : 0;
+  else return 0;
+}
+template <class Field>
+inline constexpr int register_parameters = count_register_parameters<Field>();
+
+// What kernels hand to a field as p: registers when it bounds its own parameters, else memory.
+template <class Field, class T>
+using ParametersFor = std::conditional_t<(register_parameters<Field> > 0),
+                                         RegisterParameters<T, register_parameters<Field>>, ParameterAccess<T>>;
+
+// `count` own parameters from memory, in the form ParametersFor<Field, T>.
+template <class Field, class T>
+KOKKOS_INLINE_FUNCTION ParametersFor<Field, T> parameters_for(const ParameterAccess<T>& memory, int count) {
+  if constexpr (register_parameters<Field> > 0) {
+    ParametersFor<Field, T> registers{{}, memory.shared_data, memory.shared_stride};
+    for (int k = 0; k < register_parameters<Field>; ++k) registers.own_values[k] = k < count ? memory.own(k) : T(0);
+    return registers;
+  } else {
+    return memory;
+  }
+}
+
 // Parameters seen by a field evaluated on duals: own(k) is a dual seeded along its direction when
 // the P own parameters are differentiated, a constant otherwise.
-template <class S, int P, class T>
+template <class S, int P, class Base>
 struct DualParameters {
-  ParameterAccess<T> values;
+  Base values;
   S seeded[P > 0 ? P : 1];
 
   KOKKOS_INLINE_FUNCTION S own(int k) const {
     if constexpr (P > 0) return seeded[k];
     else return S(values.own(k));
   }
-  KOKKOS_INLINE_FUNCTION T shared(int k) const { return values.shared(k); }
+  KOKKOS_INLINE_FUNCTION auto shared(int k) const { return values.shared(k); }
 };
 
 // The vjp of a field without one, by forward mode: one evaluation on duals seeded along y's n
 // directions and, when differentiated, the P_max parameter directions after them.
-template <int Capacity, bool WithParameters, class Field, class T>
-KOKKOS_INLINE_FUNCTION void dual_vjp(const Field& field, int n, int parameters, T t, const T* y,
-                                     const ParameterAccess<T>& p, const T* dy_bar, T* y_bar,
-                                     const ParameterGradients<T>& p_bar) {
+template <int Capacity, bool WithParameters, class Field, class T, class Params>
+KOKKOS_INLINE_FUNCTION void dual_vjp(const Field& field, int n, int parameters, T t, const T* y, const Params& p,
+                                     const T* dy_bar, T* y_bar, const ParameterGradients<T>& p_bar) {
   constexpr int P = WithParameters ? Field::max_parameter_count : 0;
   constexpr int D = Capacity + P;
   static_assert(D <= max_dual_directions,
@@ -144,7 +180,7 @@ KOKKOS_INLINE_FUNCTION void dual_vjp(const Field& field, int n, int parameters, 
   using S = Dual<T, D>;
   S ys[Capacity], dys[Capacity];
   for (int i = 0; i < n; ++i) ys[i] = S::variable(y[i], i);
-  DualParameters<S, P, T> dual_p{p, {}};
+  DualParameters<S, P, Params> dual_p{p, {}};
   for (int k = 0; k < P && k < parameters; ++k) dual_p.seeded[k] = S::variable(p.own(k), Capacity + k);
   field(S(t), ys, dual_p, dys);
   for (int j = 0; j < n; ++j) {
@@ -160,10 +196,9 @@ KOKKOS_INLINE_FUNCTION void dual_vjp(const Field& field, int n, int parameters, 
 }
 
 // y_bar += J_y^T dy_bar and the parameter gradients, through the field's vjp() or dual numbers.
-template <int Capacity, bool WithParameters, class Field, class T>
-KOKKOS_INLINE_FUNCTION void field_vjp(const Field& field, int n, int parameters, T t, const T* y,
-                                      const ParameterAccess<T>& p, const T* dy_bar, T* y_bar,
-                                      const ParameterGradients<T>& p_bar) {
+template <int Capacity, bool WithParameters, class Field, class T, class Params>
+KOKKOS_INLINE_FUNCTION void field_vjp(const Field& field, int n, int parameters, T t, const T* y, const Params& p,
+                                      const T* dy_bar, T* y_bar, const ParameterGradients<T>& p_bar) {
   if constexpr (FieldWithVjp<Field, T>) field.vjp(t, y, p, dy_bar, y_bar, p_bar);
   else dual_vjp<Capacity, WithParameters>(field, n, parameters, t, y, p, dy_bar, y_bar, p_bar);
 }

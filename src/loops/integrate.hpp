@@ -109,6 +109,13 @@ Strided3<T> strided3(const V& v) {
   else return {};
 }
 
+// P, the own parameters per trajectory (0 without a params View).
+template <class V>
+int parameter_count(const V& params) {
+  if constexpr (is_given_v<V>) return int(params.extent(1));
+  else return 0;
+}
+
 template <class V>
 void require_extents_if_given(const std::string& fn, const std::string& name, const V& v,
                               std::initializer_list<long> extents, const std::string& meaning) {
@@ -480,9 +487,10 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
             "LoopMode::stepped: observers run between the launches of single steps");
   const int N = int(problem.y0.extent(0));
 
-  ForwardData<T> data{strided2<const T>(problem.y0), strided2<const T>(problem.params),
-                      strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
-                      strided3<T>(outputs.observed), int(steps.observation_times.size())};
+  ForwardData<T> data{strided2<const T>(problem.y0),       strided2<const T>(problem.params),
+                      strided1<const T>(problem.shared),   strided2<T>(outputs.final_state),
+                      strided3<T>(outputs.observed),       int(steps.observation_times.size()),
+                      parameter_count(problem.params)};
   const auto stepping = [&] {
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, space, steps);
     else return build_control<Method, T>(fn, space, steps, n);
@@ -541,8 +549,8 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   require_extents_if_given(fn, "cotangents.observed", cotangents.observed, {N, observations, n},
                            "[N, n_obs, n] with n_obs the number of observation times");
   require_extents_if_given(fn, "gradients.y0", gradients.y0, {N, n}, "[N, n], the shape of y0");
-  int P = 0, Q = 0;
-  if constexpr (is_given_v<Params>) P = int(problem.params.extent(1));
+  const int P = parameter_count(problem.params);
+  int Q = 0;
   if constexpr (is_given_v<Shared>) Q = int(problem.shared.extent(0));
   require_extents_if_given(fn, "gradients.params", gradients.params, {N, P}, "[N, P], the shape of params");
   require_extents_if_given(fn, "gradients.shared", gradients.shared, {Q}, "[Q], the shape of shared");
@@ -550,9 +558,10 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   require_finite(fn, "cotangents.observed", space, cotangents.observed);
   const int shared_rows = is_given_v<SharedBar> ? Q : 0;
 
-  ForwardData<T> data{strided2<const T>(problem.y0), strided2<const T>(problem.params),
+  ForwardData<T> data{strided2<const T>(problem.y0),     strided2<const T>(problem.params),
                       strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
-                      strided3<T>(outputs.observed), int(observations)};
+                      strided3<T>(outputs.observed),     int(observations),
+                      parameter_count(problem.params)};
   const auto stepping = [&] {
     if constexpr (adaptive) return build_control<Method, T>(fn, space, steps, n);
     else return build_mesh<T>(fn, space, steps);

@@ -312,15 +312,22 @@ struct ForwardData {
   Strided2<T> final_state;
   Strided3<T> observed;
   int observations = 0;
+  int parameter_count = 0; // P
 
   KOKKOS_INLINE_FUNCTION ParameterAccess<T> parameters(int traj) const {
     return {params.data ? params.data + traj * params.s0 : nullptr, params.s1, shared.data, shared.s0};
+  }
+  // The trajectory's parameters as the field will see them (in registers where they fit).
+  template <class Field>
+  KOKKOS_INLINE_FUNCTION ParametersFor<Field, T> parameters_of(int traj) const {
+    return parameters_for<Field>(parameters(traj), parameter_count);
   }
 };
 
 template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool Checkpointing>
 struct Forward {
-  using Rk = RkStep<Method, Field, T, Capacity>;
+  using Params = ParametersFor<Field, T>;
+  using Rk = RkStep<Method, Field, T, Capacity, Params>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
 
@@ -362,7 +369,7 @@ struct Forward {
   }
 
   KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
-    const Rk rk{field, runtime_n, data.parameters(traj)};
+    const Rk rk{field, runtime_n, data.template parameters_of<Field>(traj)};
     C c;
     for (int k = 0; k < size(); ++k) c.y[k] = data.y0(traj, k);
     c.step = 0, c.rejected = 0, c.next_observation = 0, c.flags = 0;
@@ -399,8 +406,8 @@ struct Forward {
   }
 
   // One step (adaptive: one attempt) of a running trajectory.
-  KOKKOS_INLINE_FUNCTION void advance(int traj, C& c) const {
-    const Rk rk{field, runtime_n, data.parameters(traj)};
+  KOKKOS_INLINE_FUNCTION void advance(int traj, C& c, const Params& p) const {
+    const Rk rk{field, runtime_n, p};
     const int step = c.step;
     if constexpr (Stepping::adaptive) {
       const auto& ctl = stepping;
@@ -418,7 +425,7 @@ struct Forward {
       });
     } else {
       fixed_step<Method>(rk, stepping, c);
-      const int last = stepping.first_observation(c.step + 1);
+      const int last = data.observations > 0 ? stepping.first_observation(c.step + 1) : 0;
       if (c.next_observation < last && !all_finite(size(), c.y)) c.status = int(Status::non_finite);
       for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
       if (c.step == stepping.steps && c.status == status_running)
@@ -434,12 +441,16 @@ struct Forward {
     constexpr int L = lanes; // a local: device code cannot bind a static member to a reference
     const int first = begin + block * L, count = Kokkos::min(L, end - first);
     C carries[L];
-    for (int l = 0; l < count; ++l) carry.load(first + l - begin, size(), carries[l]);
+    Params params[L];
+    for (int l = 0; l < count; ++l) {
+      carry.load(first + l - begin, size(), carries[l]);
+      params[l] = data.template parameters_of<Field>(first + l);
+    }
     for (int it = 0; it < iterations; ++it) {
       bool running = false;
       for (int l = 0; l < count; ++l)
         if (carries[l].status == status_running) {
-          advance(first + l, carries[l]);
+          advance(first + l, carries[l], params[l]);
           running = true;
         }
       if (!running) break;
@@ -463,7 +474,7 @@ struct BackwardData {
 
 template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool OwnGradients>
 struct Backward {
-  using Rk = RkStep<Method, Field, T, Capacity>;
+  using Rk = RkStep<Method, Field, T, Capacity, ParametersFor<Field, T>>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
   // Own-parameter gradients accumulate in registers when the field declares a small bound.
@@ -540,8 +551,7 @@ struct Backward {
     int m = grads.step(row);
     if (m == 0) return;
     const int total_steps = carry.step(row);
-    const ParameterAccess<T> p = data.parameters(traj);
-    const Rk rk{field, runtime_n, p};
+    const Rk rk{field, runtime_n, data.template parameters_of<Field>(traj)};
 
     T own_bar[local_parameters > 0 ? local_parameters : 1];
     T sink = 0;

@@ -84,14 +84,14 @@ struct Tolerances {
   const T* atol = nullptr;
 };
 
-template <class Method, class Field, class T, int Capacity>
+template <class Method, class Field, class T, int Capacity, class Params = ParameterAccess<T>>
 struct RkStep {
   static constexpr int S = Method::stages;
   using Stages = T[S][Capacity];
 
   const Field& field;
   int n;
-  ParameterAccess<T> p;
+  Params p;
 
   KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(n); }
 

@@ -59,6 +59,12 @@ struct StepState {
 // Stands for "no observer".
 struct NoObserver {};
 
+// The checkpoint interval k of a gradient over `steps` steps: `requested` when positive, else
+// ceil(sqrt(steps)), which keeps about 2 sqrt(steps) states per trajectory.
+inline int checkpoint_interval(int requested, long steps) {
+  return requested > 0 ? requested : std::max(1, int(std::ceil(std::sqrt(double(steps)))));
+}
+
 // Device bytes that solve_with_gradient allocates per trajectory for state size n, `steps` steps
 // (adaptive: the most accepted steps of any trajectory), checkpoint interval k (0: the default
 // ceil(sqrt(steps))) and Q shared parameters (Q = 0 when their gradient is not asked for):
@@ -71,7 +77,7 @@ struct NoObserver {};
 // default k the checkpoints and the segment together hold about 2 sqrt(steps) states.
 template <class T>
 std::size_t gradient_workspace_bytes(bool adaptive, int n, long steps, int interval, int shared_parameters) {
-  const long k = interval > 0 ? interval : std::max<long>(1, long(std::ceil(std::sqrt(double(steps)))));
+  const long k = checkpoint_interval(interval, steps);
   return detail::CarryViews<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(n) +
          detail::Checkpoints<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(adaptive, steps / k + 1, k, n) +
          n * sizeof(T) + 3 * sizeof(int) + std::size_t(shared_parameters) * sizeof(T);
@@ -379,6 +385,23 @@ void summarize(const std::string& fn, const Space& space, Report<Mem>& report, b
                              ", stopped with status " + status_name(report.first_failed_status));
 }
 
+// The forward loop over all N trajectories, with its report (see summarize).
+template <class Method, class Field, class T, class Space, class Stepping, class Observer>
+Report<typename Space::memory_space> forward_pass(const std::string& fn, const Space& space, const Field& field, int n,
+                                                  int N, const ForwardData<T>& data, const Stepping& stepping,
+                                                  LoopMode mode, const Observer& observer, bool throw_on_failure) {
+  int fixed_steps = 0;
+  if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
+  CarryViews<T, Space> carry(space, N, n);
+  with_capacity<Field>(n, [&](auto capacity) {
+    using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, Stepping, false>;
+    run_forward(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0}, 0, N, mode, fixed_steps, observer);
+  });
+  Report<typename Space::memory_space> report{carry.status, carry.step, carry.rejected};
+  summarize(fn, space, report, throw_on_failure);
+  return report;
+}
+
 // total(q) += rows(0, q) + ... + rows(count - 1, q), in row (trajectory) order, so that the sum has
 // the same bits on every run and for every chunking of the batch.
 template <class Space, class Rows, class Total>
@@ -474,7 +497,6 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
                                            const SolveOptions& options = {}, const Observer& observer = {}) {
   using namespace detail;
   using T = value_t<Y0>;
-  using Mem = typename Space::memory_space;
   check_types<Method, Space, Field, Y0, Params, Shared, Steps>();
   static_assert(view_fits<Space, T, 2, true, Final>(),
                 "paraseq::ode::solve: outputs.final_state must be a writable rank-2 View [N, n] of y0's value type");
@@ -495,18 +517,8 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, space, steps);
     else return build_control<Method, T>(fn, space, steps, n);
   }();
-  int fixed_steps = 0;
-  if constexpr (std::is_same_v<Steps, FixedSteps>) fixed_steps = stepping.steps;
-
-  CarryViews<T, Space> carry(space, N, n);
-  with_capacity<Field>(n, [&](auto capacity) {
-    using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, std::decay_t<decltype(stepping)>, false>;
-    run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, N, 0}, 0, N, options.mode, fixed_steps,
-                observer);
-  });
-  Report<Mem> report{carry.status, carry.step, carry.rejected};
-  summarize(fn, space, report, options.on_failure == OnFailure::throw_exception);
-  return report;
+  return forward_pass<Method>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
+                              options.on_failure == OnFailure::throw_exception);
 }
 
 // solve(), then the gradients of a loss L through the discrete steps: given the cotangents
@@ -568,30 +580,19 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   }();
   using Stepping = std::decay_t<decltype(stepping)>;
 
-  Report<Mem> report{Kokkos::View<int*, Mem>("paraseq::ode::status", N), Kokkos::View<int*, Mem>("paraseq::ode::accepted", N),
-                     Kokkos::View<int*, Mem>("paraseq::ode::rejected", N)};
+  // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
+  Report<Mem> report;
+  if constexpr (adaptive)
+    report = forward_pass<Method>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true);
+  else report = {Kokkos::View<int*, Mem>("paraseq::ode::status", N), Kokkos::View<int*, Mem>("paraseq::ode::accepted", N),
+                 Kokkos::View<int*, Mem>("paraseq::ode::rejected", N)};
   Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
 
   with_capacity<Field>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
-    int most_steps = 0;
-    if constexpr (adaptive) { // a first pass finds the longest mesh, which sizes the checkpoints
-      CarryViews<T, Space> carry(space, int(N), n);
-      using Kernel = Forward<Method, Field, T, C, Space, Stepping, false>;
-      run_forward(space, Kernel{problem.field, n, data, stepping, carry, {}, 0, int(N), 0}, 0, int(N), options.mode, 0,
-                  NoObserver{});
-      Report<Mem> pass{carry.status, carry.step, carry.rejected};
-      summarize(fn, space, pass, true);
-      Kokkos::deep_copy(space, report.status, carry.status);
-      Kokkos::deep_copy(space, report.accepted, carry.step);
-      Kokkos::deep_copy(space, report.rejected, carry.rejected);
-      most_steps = pass.max_accepted;
-    } else {
-      most_steps = stepping.steps;
-    }
-    const int interval = options.checkpoint_interval > 0
-                             ? options.checkpoint_interval
-                             : std::max(1, int(std::ceil(std::sqrt(double(most_steps)))));
+    int most_steps = report.max_accepted;
+    if constexpr (!adaptive) most_steps = stepping.steps;
+    const int interval = checkpoint_interval(options.checkpoint_interval, most_steps);
     const std::size_t per_trajectory = gradient_workspace_bytes<T>(adaptive, n, most_steps, interval, shared_rows);
     require(per_trajectory <= options.max_gradient_workspace_bytes, fn, "options.max_gradient_workspace_bytes",
             "value " + std::to_string(options.max_gradient_workspace_bytes),
@@ -618,14 +619,11 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
       const int end = std::min<int>(int(N), begin + chunk);
       run_forward(space, ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0}, begin, end,
                   options.mode, most_steps, NoObserver{});
-      if constexpr (!adaptive) {
+      if constexpr (!adaptive) { // the report of fixed steps comes chunk by chunk
         auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
         Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
         Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
         Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
-        Report<Mem> part_report{Kokkos::subview(report.status, part), Kokkos::subview(report.accepted, part),
-                                Kokkos::subview(report.rejected, part)};
-        summarize(fn, space, part_report, true);
       }
       BackwardKernel backward{problem.field, n, data, stepping, carry, checkpoints, grads, begin, 0};
       Kokkos::parallel_for("paraseq::ode::backward_init",

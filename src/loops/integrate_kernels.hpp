@@ -3,12 +3,13 @@
 // Carry) lives in registers while a kernel runs and in Views between kernels, so the same code
 // runs the whole loop in one launch (fused) or one step per launch (stepped), bit for bit alike.
 //
-//   Forward: Init sets up the carry from y0 (and the first step size); Advance runs up to
-//            `iterations` steps (adaptive: attempts), writing observations, the final state and,
-//            for gradients, a checkpoint whenever the step count is a multiple of the interval.
-//   Backward: BackwardInit takes the final cotangent; BackwardAdvance reverses up to `iterations`
-//            steps. Entering a checkpoint segment replays its steps from the checkpoint (the same
-//            step code, so the same mesh, rejections included) and stores the states it passes.
+//   Forward: its InitTag launch sets up the carry from y0 (and the first step size); its main
+//            launch runs up to `iterations` steps (adaptive: attempts), writing observations, the
+//            final state and, for gradients, a checkpoint whenever the step count is a multiple of
+//            the interval.
+//   Backward: its InitTag launch takes the final cotangent; its main launch reverses up to
+//            `iterations` steps. Entering a checkpoint segment replays its steps from the checkpoint
+//            (the same step code, so the same mesh, rejections included) and stores their states.
 
 #include <paraseq/loops/field.hpp>
 #include <paraseq/loops/options.hpp>
@@ -478,10 +479,7 @@ struct Backward {
   using C = Carry<T, Capacity>;
   struct InitTag {};
   // Own-parameter gradients accumulate in registers when the field declares a small bound.
-  static constexpr int local_parameters = [] {
-    if constexpr (HasMaxParameterCount<Field>) return Field::max_parameter_count <= 16 ? Field::max_parameter_count : 0;
-    else return 0;
-  }();
+  static constexpr int local_parameters = register_parameters<Field>;
 
   Field field;
   int runtime_n;
@@ -564,7 +562,8 @@ struct Backward {
         p_bar.own_data = &grads.params_bar(traj, 0), p_bar.own_stride = grads.params_bar.s1;
       }
     }
-    if (grads.shared_bar.extent(1) > 0) p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = grads.shared_bar.stride(1);
+    if (grads.shared_bar.extent(1) > 0)
+      p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = long(grads.shared_bar.stride(1));
 
     T lambda[Capacity], y[Capacity];
     for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
@@ -586,7 +585,7 @@ struct Backward {
         for (; j >= 0 && stepping.observation_times(j) >= t_next; --j) add_observation_bar(traj, j, lambda);
       } else {
         t = stepping.t(step), h = stepping.h(step), t_next = stepping.t_next(step);
-        for (; j >= stepping.first_observation(m); --j) add_observation_bar(traj, j, lambda);
+        for (; j >= 0 && j >= stepping.first_observation(m); --j) add_observation_bar(traj, j, lambda);
       }
       rk.recompute(t, h, t_next, y, K);
       rk.seed(h, lambda, K_bar);

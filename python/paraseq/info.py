@@ -24,6 +24,8 @@ def report():
         keys = [key for key in ("CPU", "CUDA")
                 if torch._C._dispatch_has_kernel_for_dispatch_key(f"paraseq::{name}", key)]
         lines.append(f"paraseq::{name}: kernels for {', '.join(keys) or 'no device'}")
+    lines.append("Kokkos configuration:")
+    lines.append(torch.ops.paraseq.kokkos_configuration())
     return "\n".join(lines)
 
 

@@ -54,3 +54,5 @@ def test_info_reports_the_operators():
     result = subprocess.run([sys.executable, "-m", "paraseq.info"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "paraseq::para_gru: kernels for CPU" in result.stdout
+    # Kokkos' own configuration report: its version and the backend the operators run on.
+    assert "Kokkos Version:" in result.stdout and "Default Device:" in result.stdout

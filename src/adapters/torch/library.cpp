@@ -1,6 +1,8 @@
 // The operator schemas of the paraseq namespace. Kernels: scan_ops.cpp, newton_ops.cpp,
 // odeint_forward.cpp, odeint_backward.cpp (CPU, and CUDA when Kokkos has CUDA); fake kernels and
 // autograd: python/paraseq/_ops.py.
+#include "runtime.hpp"
+
 #include <torch/library.h>
 
 TORCH_LIBRARY(paraseq, m) {
@@ -27,6 +29,8 @@ TORCH_LIBRARY(paraseq, m) {
   // the grid t and heun and dopri5 adapt with rtol and atol.
   m.def("odeint(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, str method, "
         "float? step_size, float rtol, float atol, int max_steps) -> Tensor");
+  // Kokkos' configuration as text, for bug reports; no tensors, so one kernel serves every device.
+  m.def("kokkos_configuration() -> str", &paraseq::torch_bridge::kokkos_configuration);
   m.def("odeint_backward(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, "
         "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y) "
         "-> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 
 namespace paraseq::torch_bridge {
 
@@ -43,6 +44,13 @@ void ensure_kokkos() {
     std::atexit(finalize_kokkos);
   });
   TORCH_CHECK(Kokkos::is_initialized(), "paraseq: Kokkos has been finalized; the operators cannot run any more");
+}
+
+std::string kokkos_configuration() {
+  ensure_kokkos();
+  std::ostringstream text;
+  Kokkos::print_configuration(text, false);
+  return text.str();
 }
 
 #ifdef KOKKOS_ENABLE_CUDA

@@ -16,6 +16,9 @@ namespace paraseq::torch_bridge {
 // Initialises Kokkos on the first call (unless the host program already did); finalises it at exit.
 void ensure_kokkos();
 
+// Kokkos' own description of its version, backends and build options (python -m paraseq.info).
+std::string kokkos_configuration();
+
 using HostSpace = Kokkos::DefaultHostExecutionSpace;
 
 inline HostSpace host_space() {

@@ -18,6 +18,17 @@ void ceiling_copy(benchmark::State& state) {
 }
 PARASEQ_BENCHMARK(ceiling_copy)->Arg(1 << 26);
 
+// The same copy through the runtime's own copy (cudaMemcpyAsync on CUDA): a check that the
+// parallel_for copy above is a fair ceiling.
+void ceiling_copy_runtime(benchmark::State& state) {
+  const std::size_t n = std::size_t(state.range(0));
+  Kokkos::View<float*, Space::memory_space> src("src", n), dst("dst", n);
+  Kokkos::deep_copy(src, 1.0f);
+  paraseq::bench::time_fenced(state, 2.0 * n * sizeof(float), 0,
+                              [&](const Space& space) { Kokkos::deep_copy(space, dst, src); });
+}
+PARASEQ_BENCHMARK(ceiling_copy_runtime)->Arg(1 << 26);
+
 // Eight independent FMA chains per element hide the FMA latency; the result is stored so the
 // compiler keeps the arithmetic.
 void ceiling_fma(benchmark::State& state) {

@@ -11,6 +11,12 @@ OPERATORS = ("linear_scan", "para_gru", "para_gru_backward", "para_lstm", "para_
              "odeint_backward")
 
 
+def kernel_devices(operator):
+    """The dispatch keys ("CPU", "CUDA") for which this build registered a kernel of paraseq::<operator>."""
+    return [key for key in ("CPU", "CUDA")
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"paraseq::{operator}", key)]
+
+
 def report():
     lines = [
         f"paraseq library: {paraseq.LIBRARY_PATH}",
@@ -21,9 +27,7 @@ def report():
     if torch.cuda.is_available():
         lines.append(f"GPU: {torch.cuda.get_device_name()} (capability {torch.cuda.get_device_capability()})")
     for name in OPERATORS:
-        keys = [key for key in ("CPU", "CUDA")
-                if torch._C._dispatch_has_kernel_for_dispatch_key(f"paraseq::{name}", key)]
-        lines.append(f"paraseq::{name}: kernels for {', '.join(keys) or 'no device'}")
+        lines.append(f"paraseq::{name}: kernels for {', '.join(kernel_devices(name)) or 'no device'}")
     lines.append("Kokkos configuration:")
     lines.append(torch.ops.paraseq.kokkos_configuration())
     return "\n".join(lines)

@@ -1,7 +1,32 @@
+import os
+
 import pytest
 import torch
 
 import paraseq  # noqa: F401  (loads the operators)
+from paraseq.info import kernel_devices
+
+
+def tested_devices():
+    """PARASEQ_TEST_DEVICES (device types, comma separated, e.g. "cpu,cuda") when set; otherwise cpu,
+    and cuda when torch sees a GPU and this build has CUDA kernels."""
+    configured = os.environ.get("PARASEQ_TEST_DEVICES")
+    if configured:
+        return [name.strip() for name in configured.split(",") if name.strip()]
+    has_cuda = torch.cuda.is_available() and "CUDA" in kernel_devices("linear_scan")
+    return ["cpu"] + (["cuda"] if has_cuda else [])
+
+
+DEVICES = tested_devices()
+
+# The CUDA-only tests are not collected without cuda: they are absent, not skipped.
+collect_ignore = [] if "cuda" in DEVICES else ["test_cuda.py"]
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that takes `device` runs once per tested device (ids: test_x[cuda-...])."""
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", DEVICES)
 
 
 @pytest.fixture(autouse=True)

@@ -4,22 +4,26 @@ import os
 import subprocess
 import sys
 
+# argv[1]: the device.
 SCRIPT = """
-import torch, paraseq
-h = paraseq.linear_scan(torch.ones(1, 4, 2) * 0.5, torch.ones(1, 4, 2))
-assert torch.allclose(h[0, :, 0], torch.tensor([1.0, 1.5, 1.75, 1.875])), h
+import sys, torch, paraseq
+device = sys.argv[1]
+h = paraseq.linear_scan(torch.ones(1, 4, 2, device=device) * 0.5, torch.ones(1, 4, 2, device=device))
+assert torch.allclose(h[0, :, 0], torch.tensor([1.0, 1.5, 1.75, 1.875], device=device)), h
 print("ran")
 """
 
+# argv[1]: the device; argv[2]: "fullgraph" or "plain".
 COMPILE_DISABLED = """
 import sys, torch, paraseq
 calls = []
 def backend(gm, inputs):
     calls.append(gm)
     return gm.forward
-cell = paraseq.ParaGRU(4, 8)
-x = torch.randn(2, 10, 4)
-fullgraph = sys.argv[1] == "fullgraph"
+device = sys.argv[1]
+cell = paraseq.ParaGRU(4, 8).to(device)
+x = torch.randn(2, 10, 4, device=device)
+fullgraph = sys.argv[2] == "fullgraph"
 step = lambda z: paraseq.newton_apply(cell, z, paraseq.compile_safe_config())
 y = torch.compile(step, backend=backend, fullgraph=fullgraph)(x)
 assert torch.equal(y, cell(x))
@@ -32,27 +36,28 @@ def run(script, *args, **env):
                           env={**os.environ, **env}, cwd="/")
 
 
-def test_kokkos_starts_and_finalises_in_a_fresh_process():
-    result = run(SCRIPT)
+def test_kokkos_starts_and_finalises_in_a_fresh_process(device):
+    result = run(SCRIPT, device)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ran"
     assert "Kokkos" not in result.stderr  # no warning about finalisation or leaked Views
 
 
-def test_torch_compile_disable_is_respected():
-    assert "compiled graphs: 1" in run(COMPILE_DISABLED, "fullgraph").stdout
+def test_torch_compile_disable_is_respected(device):
+    assert "compiled graphs: 1" in run(COMPILE_DISABLED, device, "fullgraph").stdout
     # Disabled: a fullgraph compile fails loudly instead of running eagerly ...
-    strict = run(COMPILE_DISABLED, "fullgraph", TORCH_COMPILE_DISABLE="1")
+    strict = run(COMPILE_DISABLED, device, "fullgraph", TORCH_COMPILE_DISABLE="1")
     assert strict.returncode != 0 and "Dynamo tracing is disabled" in strict.stderr
     # ... and a plain compile runs eagerly: no graph reaches the backend.
-    lenient = run(COMPILE_DISABLED, "plain", TORCH_COMPILE_DISABLE="1")
+    lenient = run(COMPILE_DISABLED, device, "plain", TORCH_COMPILE_DISABLE="1")
     assert lenient.returncode == 0, lenient.stderr
     assert "compiled graphs: 0" in lenient.stdout
 
 
-def test_info_reports_the_operators():
+def test_info_reports_the_operators(device):
     result = subprocess.run([sys.executable, "-m", "paraseq.info"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "paraseq::para_gru: kernels for CPU" in result.stdout
+    kernels = next(line for line in result.stdout.splitlines() if line.startswith("paraseq::para_gru: kernels for"))
+    assert device.upper() in kernels  # "CPU" or "CUDA"
     # Kokkos' own configuration report: its version and the backend the operators run on.
     assert "Kokkos Version:" in result.stdout and "Default Device:" in result.stdout

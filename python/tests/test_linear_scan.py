@@ -15,7 +15,7 @@ def reference(A, b, h0, structure, reverse):
     elif structure == "dense":
         M = A
     else:
-        M = torch.zeros(B, T, N, N, dtype=A.dtype)
+        M = A.new_zeros((B, T, N, N))
         k = A.shape[-1]
         for g in range(N // k):
             M[:, :, g * k:(g + 1) * k, g * k:(g + 1) * k] = A[:, :, g]
@@ -27,40 +27,42 @@ def reference(A, b, h0, structure, reverse):
             state = torch.einsum("bji,bj->bi", M[:, t + 1], state) + b[:, t]
             out[:, t] = state
     else:
-        state = h0 if h0 is not None else torch.zeros(B, N, dtype=b.dtype)
+        state = h0 if h0 is not None else b.new_zeros((B, N))
         for t in range(T):
             state = torch.einsum("bij,bj->bi", M[:, t], state) + b[:, t]
             out[:, t] = state
     return out
 
 
-def operands(structure, B=2, T=37, N=6, k=3, dtype=torch.float64):
+def operands(structure, device, B=2, T=37, N=6, k=3, dtype=torch.float64):
     shape = {"diag": (B, T, N), "block": (B, T, N // k, k, k), "dense": (B, T, N, N)}[structure]
     scale = {"diag": 0.9, "block": 0.5, "dense": 0.3}[structure]
-    A = (torch.rand(shape, dtype=torch.float64) * 2 - 1) * scale
-    return A.to(dtype), torch.randn(B, T, N, dtype=torch.float64).to(dtype), torch.randn(B, N, dtype=torch.float64).to(dtype)
+    A = (torch.rand(shape, dtype=torch.float64, device=device) * 2 - 1) * scale
+    b = torch.randn(B, T, N, dtype=torch.float64, device=device)
+    h0 = torch.randn(B, N, dtype=torch.float64, device=device)
+    return A.to(dtype), b.to(dtype), h0.to(dtype)
 
 
 CASES = [(s, r) for s in ("diag", "block", "dense") for r in (False, True)]
 
 
 @pytest.mark.parametrize("structure,reverse", CASES)
-def test_matches_the_loop_in_double(structure, reverse):
-    A, b, h0 = operands(structure)
+def test_matches_the_loop_in_double(device, structure, reverse):
+    A, b, h0 = operands(structure, device)
     h0 = None if reverse else h0
     got = linear_scan(A, b, h0, structure=structure, reverse=reverse)
     assert torch.allclose(got, reference(A, b, h0, structure, reverse), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_block_sizes(k):
-    A, b, h0 = operands("block", N=8, k=k)
+def test_block_sizes(device, k):
+    A, b, h0 = operands("block", device, N=8, k=k)
     assert torch.allclose(linear_scan(A, b, h0, "block"), reference(A, b, h0, "block", False), atol=1e-12)
 
 
 @pytest.mark.parametrize("structure,reverse", CASES)
-def test_gradcheck(structure, reverse):
-    A, b, h0 = operands(structure, T=9, N=4, k=2)
+def test_gradcheck(device, structure, reverse):
+    A, b, h0 = operands(structure, device, T=9, N=4, k=2)
     inputs = [A.requires_grad_(), b.requires_grad_()] + ([] if reverse else [h0.requires_grad_()])
     fn = (lambda A, b: linear_scan(A, b, None, structure, True)) if reverse else \
         (lambda A, b, h0: linear_scan(A, b, h0, structure))
@@ -68,14 +70,14 @@ def test_gradcheck(structure, reverse):
 
 
 @pytest.mark.parametrize("structure,reverse", CASES)
-def test_opcheck(structure, reverse):
-    A, b, h0 = operands(structure, T=9, N=4, k=2, dtype=torch.float32)
+def test_opcheck(device, structure, reverse):
+    A, b, h0 = operands(structure, device, T=9, N=4, k=2, dtype=torch.float32)
     args = (A.requires_grad_(), b.requires_grad_(), None if reverse else h0, structure, reverse)
     torch.library.opcheck(torch.ops.paraseq.linear_scan, args)
 
 
-def test_float32_and_bfloat16_accumulate_in_float32():
-    A, b, h0 = operands("diag", T=500)
+def test_float32_and_bfloat16_accumulate_in_float32(device):
+    A, b, h0 = operands("diag", device, T=500)
     exact = reference(A, b, h0, "diag", False)
     assert torch.allclose(linear_scan(A.float(), b.float(), h0.float()).double(), exact, atol=1e-5)
     # bfloat16 storage: only the rounding of inputs and outputs, not of 500 accumulated steps.
@@ -85,8 +87,8 @@ def test_float32_and_bfloat16_accumulate_in_float32():
     assert torch.allclose(got.double(), stored, rtol=2 ** -8, atol=2 ** -8 * stored.abs().max().item())
 
 
-def test_compiles_without_graph_breaks():
-    A, b, h0 = operands("dense", N=4, dtype=torch.float32)
+def test_compiles_without_graph_breaks(device):
+    A, b, h0 = operands("dense", device, N=4, dtype=torch.float32)
     A.requires_grad_()
 
     def loss(A, b, h0):
@@ -98,12 +100,12 @@ def test_compiles_without_graph_breaks():
     assert torch.equal(eager_value, compiled_value)
 
 
-def test_errors_name_the_argument():
-    A, b, h0 = operands("diag", dtype=torch.float32)
+def test_errors_name_the_argument(device):
+    A, b, h0 = operands("diag", device, dtype=torch.float32)
     with pytest.raises(TypeError, match="argument 'b' has dtype Long"):
         linear_scan(A, b.long())
-    with pytest.raises(TypeError, match="argument 'A' has dtype Double, expected Float"):
-        linear_scan(A.double(), b)
+    with pytest.raises(TypeError, match="argument 'b' has dtype Double, expected Float"):
+        linear_scan(A, b.double())
     with pytest.raises(ValueError, match="argument 'A' has shape"):
         linear_scan(A[:, :-1], b)
     with pytest.raises(ValueError, match="argument 'h0' has shape"):
@@ -113,11 +115,11 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="argument 'h0' is given with reverse=True"):
         linear_scan(A, b, h0, reverse=True)
     with pytest.raises(ValueError, match="N <= 32"):
-        linear_scan(torch.zeros(1, 2, 33, 33), torch.zeros(1, 2, 33), structure="dense")
+        linear_scan(torch.zeros(1, 2, 33, 33, device=device), torch.zeros(1, 2, 33, device=device), structure="dense")
 
 
-def test_non_contiguous_inputs_are_copied():
-    A, b, h0 = operands("diag")
+def test_non_contiguous_inputs_are_copied(device):
+    A, b, h0 = operands("diag", device)
     A_t = A.transpose(0, 1).contiguous().transpose(0, 1)
     assert not A_t.is_contiguous()
     assert torch.equal(linear_scan(A_t, b, h0), linear_scan(A, b, h0))

@@ -22,11 +22,11 @@ def oscillator_closed_form(k, c, y0, t):
 @pytest.mark.parametrize("method,step_size,rtol,tolerance", [
     ("dopri5", None, 1e-9, 1e-7), ("heun", None, 1e-6, 1e-4), ("rk4", 0.01, None, 2e-8), ("euler", 1e-4, None, 3e-3),
     ("heun", 1e-3, None, 1e-5), ("dopri5", 0.05, None, 1e-7)])
-def test_damped_oscillator_matches_the_closed_form(method, step_size, rtol, tolerance):
-    k = torch.tensor([1.0, 4.0, 2.5], dtype=DOUBLE)
-    c = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE)
-    y0 = torch.randn(3, 2, dtype=DOUBLE)
-    t = torch.tensor([0.0, 0.37, 1.0, 2.0], dtype=DOUBLE)
+def test_damped_oscillator_matches_the_closed_form(device, method, step_size, rtol, tolerance):
+    k = torch.tensor([1.0, 4.0, 2.5], dtype=DOUBLE, device=device)
+    c = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE, device=device)
+    y0 = torch.randn(3, 2, dtype=DOUBLE, device=device)
+    t = torch.tensor([0.0, 0.37, 1.0, 2.0], dtype=DOUBLE, device=device)
     y = odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step_size, rtol=rtol or 1e-6,
                atol=(rtol or 1e-6) * 1e-2)
     assert y.shape == (4, 3, 2)
@@ -34,38 +34,39 @@ def test_damped_oscillator_matches_the_closed_form(method, step_size, rtol, tole
     assert (y - oscillator_closed_form(k, c, y0, t)).abs().max() <= tolerance
 
 
-def test_rk4_on_the_grid_converges_with_order_four():
-    k, c = torch.tensor(3.0, dtype=DOUBLE), torch.tensor(0.2, dtype=DOUBLE)
-    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE)
+def test_rk4_on_the_grid_converges_with_order_four(device):
+    k, c = torch.tensor(3.0, dtype=DOUBLE, device=device), torch.tensor(0.2, dtype=DOUBLE, device=device)
+    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE, device=device)
     field = fields.DampedOscillator(k, c)
-    exact = oscillator_closed_form(k.reshape(1), c.reshape(1), y0, torch.tensor([2.0]))[0]
-    errors = [(odeint(field, y0, torch.linspace(0, 2, steps + 1, dtype=DOUBLE), method="rk4")[-1] - exact).abs().max()
-              for steps in (20, 40)]
+    exact = oscillator_closed_form(k.reshape(1), c.reshape(1), y0, torch.tensor([2.0], device=device))[0]
+    grids = [torch.linspace(0, 2, steps + 1, dtype=DOUBLE, device=device) for steps in (20, 40)]
+    errors = [(odeint(field, y0, t, method="rk4")[-1] - exact).abs().max() for t in grids]
     assert 14 <= errors[0] / errors[1] <= 18
 
 
-def test_linear_field_shared_and_per_trajectory():
+def test_linear_field_shared_and_per_trajectory(device):
     n, N = 3, 4
-    A = torch.randn(n, n, dtype=DOUBLE) * 0.5
-    y0 = torch.randn(N, n, dtype=DOUBLE)
-    t = torch.tensor([0.0, 0.5, 1.5], dtype=DOUBLE)
+    A = torch.randn(n, n, dtype=DOUBLE, device=device) * 0.5
+    y0 = torch.randn(N, n, dtype=DOUBLE, device=device)
+    t = torch.tensor([0.0, 0.5, 1.5], dtype=DOUBLE, device=device)
     y = odeint(fields.Linear(A), y0, t, rtol=1e-10, atol=1e-12)
     expected = torch.stack([y0 @ torch.linalg.matrix_exp(A * s).T for s in t.tolist()])
     assert (y - expected).abs().max() <= 1e-8
-    A_each = torch.randn(N, n, n, dtype=DOUBLE) * 0.5
-    b = torch.randn(n, dtype=DOUBLE)
+    A_each = torch.randn(N, n, n, dtype=DOUBLE, device=device) * 0.5
+    b = torch.randn(n, dtype=DOUBLE, device=device)
     y = odeint(fields.Linear(A_each, b), y0, t, rtol=1e-10, atol=1e-12)
     # y(t) = e^{At} y0 + A^{-1} (e^{At} - I) b
+    identity = torch.eye(n, dtype=DOUBLE, device=device)
     for j, s in enumerate(t.tolist()):
         E = torch.linalg.matrix_exp(A_each * s)
-        particular = torch.linalg.solve(A_each, torch.einsum("nij,j->ni", E - torch.eye(n, dtype=DOUBLE), b))
+        particular = torch.linalg.solve(A_each, torch.einsum("nij,j->ni", E - identity, b))
         assert (y[j] - (torch.einsum("nij,nj->ni", E, y0) + particular)).abs().max() <= 1e-8
 
 
-def test_sir_without_recovery_is_logistic_and_conserves_the_population():
-    beta, i0 = torch.tensor([0.8, 1.5], dtype=DOUBLE), 0.01
-    y0 = torch.tensor([[1 - i0, i0, 0.0]] * 2, dtype=DOUBLE)
-    t = torch.linspace(0, 5, 6, dtype=DOUBLE)
+def test_sir_without_recovery_is_logistic_and_conserves_the_population(device):
+    beta, i0 = torch.tensor([0.8, 1.5], dtype=DOUBLE, device=device), 0.01
+    y0 = torch.tensor([[1 - i0, i0, 0.0]] * 2, dtype=DOUBLE, device=device)
+    t = torch.linspace(0, 5, 6, dtype=DOUBLE, device=device)
     y = odeint(fields.SIR(beta, 0.0), y0, t, rtol=1e-10, atol=1e-12)
     growth = torch.exp(beta[None, :] * t[:, None])
     assert (y[..., 1] - i0 * growth / (1 - i0 + i0 * growth)).abs().max() <= 1e-8
@@ -73,11 +74,11 @@ def test_sir_without_recovery_is_logistic_and_conserves_the_population():
     assert (y.sum(-1) - 1).abs().max() <= 1e-12
 
 
-def test_lotka_volterra_conserves_its_invariant():
+def test_lotka_volterra_conserves_its_invariant(device):
     alpha, beta, delta, gamma = 1.1, 0.4, 0.1, 0.4
-    y0 = torch.tensor([[10.0, 5.0], [3.0, 2.0]], dtype=DOUBLE)
-    y = odeint(fields.LotkaVolterra(alpha, beta, delta, gamma), y0, torch.linspace(0, 20, 11, dtype=DOUBLE),
-               rtol=1e-10, atol=1e-12)
+    y0 = torch.tensor([[10.0, 5.0], [3.0, 2.0]], dtype=DOUBLE, device=device)
+    t = torch.linspace(0, 20, 11, dtype=DOUBLE, device=device)
+    y = odeint(fields.LotkaVolterra(alpha, beta, delta, gamma), y0, t, rtol=1e-10, atol=1e-12)
     x, p = y[..., 0], y[..., 1]
     invariant = delta * x - gamma * torch.log(x) + beta * p - alpha * torch.log(p)
     assert (invariant - invariant[0]).abs().max() <= 1e-7
@@ -98,16 +99,18 @@ def rk4_loop(f, y, t, step):
     return torch.stack(out)
 
 
-def mlp_field(n=3, hidden=5):
-    weights = [torch.randn(hidden, n, dtype=DOUBLE) * 0.5, torch.randn(hidden, dtype=DOUBLE) * 0.1,
-               torch.randn(n, hidden, dtype=DOUBLE) * 0.5, torch.randn(n, dtype=DOUBLE) * 0.1]
+def mlp_field(device, n=3, hidden=5):
+    weights = [torch.randn(hidden, n, dtype=DOUBLE, device=device) * 0.5,
+               torch.randn(hidden, dtype=DOUBLE, device=device) * 0.1,
+               torch.randn(n, hidden, dtype=DOUBLE, device=device) * 0.5,
+               torch.randn(n, dtype=DOUBLE, device=device) * 0.1]
     return [w.requires_grad_() for w in weights]
 
 
-def test_mlp_matches_the_loop_and_its_gradients():
-    W1, b1, W2, b2 = mlp_field()
-    y0 = torch.randn(4, 3, dtype=DOUBLE, requires_grad=True)
-    t = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE)
+def test_mlp_matches_the_loop_and_its_gradients(device):
+    W1, b1, W2, b2 = mlp_field(device)
+    y0 = torch.randn(4, 3, dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE, device=device)
     f = lambda y: torch.tanh(y @ W1.T + b1) @ W2.T + b2
     y = odeint(fields.MLP(W1, b1, W2, b2), y0, t, method="rk4", step_size=0.1)
     expected = rk4_loop(f, y0, t, 0.1)
@@ -119,39 +122,39 @@ def test_mlp_matches_the_loop_and_its_gradients():
 
 
 @pytest.mark.parametrize("method", ["euler", "heun", "rk4", "dopri5"])
-def test_gradcheck_fixed_steps(method):
-    k = torch.tensor([1.5, 2.0], dtype=DOUBLE, requires_grad=True)
-    c = torch.tensor([0.1, 0.4], dtype=DOUBLE, requires_grad=True)
-    y0 = torch.randn(2, 2, dtype=DOUBLE, requires_grad=True)
-    t = torch.tensor([0.0, 0.25, 0.6], dtype=DOUBLE)
+def test_gradcheck_fixed_steps(device, method):
+    k = torch.tensor([1.5, 2.0], dtype=DOUBLE, device=device, requires_grad=True)
+    c = torch.tensor([0.1, 0.4], dtype=DOUBLE, device=device, requires_grad=True)
+    y0 = torch.randn(2, 2, dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.25, 0.6], dtype=DOUBLE, device=device)
     fn = lambda y0, k, c: odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=0.1)
     assert torch.autograd.gradcheck(fn, (y0, k, c))
 
 
-def test_adaptive_gradient_matches_the_closed_form_sensitivity():
-    A = torch.randn(3, 3, dtype=DOUBLE) * 0.5
-    y0 = torch.randn(2, 3, dtype=DOUBLE, requires_grad=True)
-    y = odeint(fields.Linear(A), y0, torch.tensor([0.0, 1.0], dtype=DOUBLE), rtol=1e-10, atol=1e-12)
+def test_adaptive_gradient_matches_the_closed_form_sensitivity(device):
+    A = torch.randn(3, 3, dtype=DOUBLE, device=device) * 0.5
+    y0 = torch.randn(2, 3, dtype=DOUBLE, device=device, requires_grad=True)
+    y = odeint(fields.Linear(A), y0, torch.tensor([0.0, 1.0], dtype=DOUBLE, device=device), rtol=1e-10, atol=1e-12)
     grad, = torch.autograd.grad(y[-1].sum(), y0)
-    expected = torch.linalg.matrix_exp(A).T @ torch.ones(3, dtype=DOUBLE)
+    expected = torch.linalg.matrix_exp(A).T @ torch.ones(3, dtype=DOUBLE, device=device)
     assert (grad - expected).abs().max() <= 1e-8
 
 
-def test_opcheck():
-    y0 = torch.randn(3, 2, requires_grad=True)
-    params = torch.rand(3, 2, requires_grad=True)
-    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE)
+def test_opcheck(device):
+    y0 = torch.randn(3, 2, device=device, requires_grad=True)
+    params = torch.rand(3, 2, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE, device=device)
     for method, step in (("rk4", 0.1), ("dopri5", None)):
         args = ("damped_oscillator", y0, t, params, None, 0, method, step, 1e-6, 1e-8, 1000)
         torch.library.opcheck(torch.ops.paraseq.odeint, args)
-        torch.library.opcheck(torch.ops.paraseq.odeint_backward,
-                              tuple(a.detach() if torch.is_tensor(a) else a for a in args) + (torch.randn(3, 3, 2),))
+        detached = tuple(a.detach() if torch.is_tensor(a) else a for a in args)
+        torch.library.opcheck(torch.ops.paraseq.odeint_backward, detached + (torch.randn(3, 3, 2, device=device),))
 
 
-def test_compiled_graph_has_constant_size_in_the_step_count():
-    field = fields.DampedOscillator(torch.tensor(2.0, requires_grad=True), 0.1)
-    y0 = torch.randn(8, 2, requires_grad=True)
-    t = torch.linspace(0, 1, 5, dtype=DOUBLE)
+def test_compiled_graph_has_constant_size_in_the_step_count(device):
+    field = fields.DampedOscillator(torch.tensor(2.0, device=device, requires_grad=True), 0.1)
+    y0 = torch.randn(8, 2, device=device, requires_grad=True)
+    t = torch.linspace(0, 1, 5, dtype=DOUBLE, device=device)
     nodes = []
     for step in (0.1, 0.0001):
         loss = lambda y0: odeint(field, y0, t, method="rk4", step_size=step).square().sum()
@@ -164,10 +167,10 @@ def test_compiled_graph_has_constant_size_in_the_step_count():
     assert nodes[0] == nodes[1]
 
 
-def test_failures_are_loud():
-    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE)
+def test_failures_are_loud(device):
+    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE, device=device)
     field = fields.DampedOscillator(1.0, 0.0)
-    t = torch.tensor([0.0, 100.0], dtype=DOUBLE)
+    t = torch.tensor([0.0, 100.0], dtype=DOUBLE, device=device)
     with pytest.raises(RuntimeError, match="max_steps"):
         odeint(field, y0, t, max_steps=5)
     with pytest.raises(ValueError, match="argument 'method' is 'rk45'"):
@@ -175,10 +178,10 @@ def test_failures_are_loud():
     with pytest.raises(ValueError, match="argument 'y0' has shape"):
         odeint(field, y0[:, :1], t)
     with pytest.raises(ValueError, match="argument 't' has t\\[2\\] = 1 after t\\[1\\]"):
-        odeint(field, y0, torch.tensor([0.0, 1.0, 1.0]))
+        odeint(field, y0, torch.tensor([0.0, 1.0, 1.0], device=device))
     with pytest.raises(ValueError, match="argument 'step_size'"):
         odeint(field, y0, t, step_size=-0.1)
     with pytest.raises(TypeError, match="argument 'y0' has dtype Long"):
         odeint(field, y0.long(), t)
     with pytest.raises(ValueError, match="argument 'W1'"):
-        fields.MLP(torch.zeros(200, 2), torch.zeros(200), torch.zeros(2, 200), torch.zeros(2))
+        fields.MLP(*(torch.zeros(shape, device=device) for shape in [(200, 2), (200,), (2, 200), (2,)]))

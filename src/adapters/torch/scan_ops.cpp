@@ -27,15 +27,17 @@ void with_structure(const std::string& name, const at::Tensor& A, const F& f) {
 
 at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
                        const std::string& structure, bool reverse) {
-  check_tensor(scan_op, "b", b, 3, b);
   TORCH_CHECK_VALUE(!(reverse && h0), scan_op, ": argument 'h0' is given with reverse=True, expected None ",
                     "(the reverse recurrence starts from lambda_{T-1} = b_{T-1})");
-  at::Tensor output = at::empty(b.sizes(), b.options().dtype(compute_dtype(b.scalar_type())));
+  at::Tensor output;
   with_structure(structure, A, [&](auto structure_tag) {
     using Structure = decltype(structure_tag);
     constexpr int rank = detail::a_rank<Structure>;
-    check_tensor(scan_op, "A", A, rank, b);
-    if (h0) check_tensor(scan_op, "h0", *h0, 2, b);
+    // A, the first tensor argument, is the one the others must match (dtype and device).
+    check_tensor(scan_op, "A", A, rank, A);
+    check_tensor(scan_op, "b", b, 3, A);
+    if (h0) check_tensor(scan_op, "h0", *h0, 2, A);
+    output = at::empty(b.sizes(), b.options().dtype(compute_dtype(b.scalar_type())));
     const at::Tensor a_c = prepared(A), b_c = prepared(b), h0_c = h0 ? prepared(*h0) : at::Tensor();
     with_space(scan_op, b, [&](const auto& space) {
       using Space = std::decay_t<decltype(space)>;

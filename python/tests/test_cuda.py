@@ -1,0 +1,48 @@
+"""What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream.
+
+conftest.py collects this module only when cuda is among the tested devices.
+"""
+
+import pytest
+import torch
+
+from paraseq import linear_scan
+from test_linear_scan import CASES, operands, reference
+
+
+# A, the first tensor argument, sets the device the others must be on.
+@pytest.mark.parametrize("on_cpu,message", [
+    ("b", r"linear_scan: argument 'b' is on device cpu, expected cuda:\d+"),
+    ("A", r"linear_scan: argument 'b' is on device cuda:\d+, expected cpu"),
+    ("h0", r"linear_scan: argument 'h0' is on device cpu, expected cuda:\d+"),
+], ids=["b_on_cpu", "A_on_cpu", "h0_on_cpu"])
+def test_operands_on_two_devices_are_refused(on_cpu, message):
+    arguments = dict(zip(("A", "b", "h0"), operands("diag", "cuda")))
+    arguments[on_cpu] = arguments[on_cpu].cpu()
+    with pytest.raises(RuntimeError, match=message):
+        linear_scan(**arguments)
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_linear_scan_on_cuda_equals_cpu_in_double(structure, reverse):
+    A, b, h0 = operands(structure, "cpu")
+    h0 = None if reverse else h0
+    on_cpu = linear_scan(A, b, h0, structure, reverse)
+    on_cuda = linear_scan(A.cuda(), b.cuda(), None if h0 is None else h0.cuda(), structure, reverse)
+    assert torch.allclose(on_cuda.cpu(), on_cpu, rtol=0, atol=1e-12)
+
+
+def test_runs_on_the_current_stream():
+    A, b, h0 = operands("diag", "cpu")
+    expected = reference(A, 2 * b, h0, "diag", False)
+    A, b, h0 = A.cuda(), b.cuda(), h0.cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        # The side stream is held busy before it writes `doubled`: an operator running on any other
+        # stream would most likely read `doubled` before it is written.
+        torch.cuda._sleep(50_000_000)
+        doubled = 2 * b
+        got = linear_scan(A, doubled, h0)
+    side.synchronize()
+    assert torch.allclose(got.cpu(), expected, rtol=0, atol=1e-12)

@@ -33,23 +33,37 @@ struct FusedPlan {
   int window = 1;        // W = P x L
 };
 
+// Team scratch of the fused kernel, in values of Acc: per team, the window's iterate and inputs, a
+// map and a boundary state per thread, and the carry ([W][lanes][d + inputs] + [P][lanes][map + d] +
+// [lanes][d]).
+template <class Cell>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPlan& plan, int group_size, int inputs) {
+  return std::size_t(plan.lanes) * (std::size_t(plan.window) * (group_size + inputs) +
+                                    std::size_t(plan.team_chunks) * (map_size<cell_group_bound<Cell>> + group_size) +
+                                    group_size);
+}
+
 // Host spaces: one thread per team and long windows (the team's scratch sits in cache). Devices: a
-// warp of lanes, 8 steps per thread, as many threads as fit 48 KiB of scratch (at most 16).
+// warp of lanes, 8 steps per thread, as many threads as fit 48 KiB of scratch (at most 16; 48 KiB
+// keeps several teams per multiprocessor and needs no opt-in to larger shared memory).
 template <class Cell, class Acc, class ExecSpace>
 FusedPlan plan_fused(const ExecSpace&, const ScanShape& shape, const NewtonConfig& config) {
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   constexpr bool grouped = Cell::structure::fixed_group_size > 0;
-  constexpr int D = cell_group_bound<Cell>;
   FusedPlan plan;
   if (on_host) {
     plan.chunk_length = config.fused_window > 0 ? config.fused_window : 256;
   } else {
     plan.lanes = plan.vector_length = grouped ? 32 : 1;
     plan.chunk_length = 8;
-    const long per_thread = long(sizeof(Acc)) * plan.lanes *
-                            (plan.chunk_length * (shape.group_size + Cell::max_inputs_per_group) + map_size<D> + D);
+    const int inputs = Cell::max_inputs_per_group;
+    // Scratch grows by `per_thread` for each thread beyond the first.
+    FusedPlan one = plan, two = plan;
+    two.team_chunks = 2, two.window = 2 * plan.chunk_length;
+    const long base = long(sizeof(Acc) * fused_scratch_values<Cell>(one, shape.group_size, inputs));
+    const long per_thread = long(sizeof(Acc) * fused_scratch_values<Cell>(two, shape.group_size, inputs)) - base;
     const int wanted = config.fused_window > 0 ? int(ceil_div(config.fused_window, plan.chunk_length)) : 8;
-    plan.team_chunks = int(std::clamp<long>(std::min<long>(wanted, (48 * 1024) / per_thread), 1, 16));
+    plan.team_chunks = int(std::clamp<long>(std::min<long>(wanted, 1 + (48 * 1024 - base) / per_thread), 1, 16));
   }
   plan.window = plan.team_chunks * plan.chunk_length;
   return plan;
@@ -89,9 +103,7 @@ struct FusedNewton {
   int tiles;
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    const int d = shape.group_size;
-    return std::size_t(plan.lanes) *
-           (std::size_t(plan.window) * (d + inputs) + std::size_t(plan.team_chunks) * (MapSize + d) + d);
+    return fused_scratch_values<Cell>(plan, shape.group_size, inputs);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {

@@ -17,32 +17,17 @@ odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor
   const OdeintArgs args{field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps};
   const std::vector<double> times = check_odeint(backward_op, args);
   check_tensor(backward_op, "grad_y", grad_y, 3, y0);
-  const at::Tensor y0_c = prepared(y0), params_c = prepared_or_undefined(params), shared_c = prepared_or_undefined(shared);
-  const at::Tensor grad_c = prepared(grad_y);
-  at::Tensor grad_y0 = at::empty(y0.sizes(), y0_c.options());
+  OdeintTensors tensors;
+  tensors.y0 = prepared(y0), tensors.params = prepared_or_undefined(params), tensors.shared = prepared_or_undefined(shared);
+  tensors.grad_y = prepared(grad_y);
+  tensors.grad_y0 = at::empty(y0.sizes(), tensors.y0.options());
   // Gradients of absent parameters are empty tensors.
-  at::Tensor grad_params = at::zeros(params ? params->sizes() : c10::IntArrayRef{0}, y0_c.options());
-  at::Tensor grad_shared = at::zeros(shared ? shared->sizes() : c10::IntArrayRef{0}, y0_c.options());
-  dispatch_float(y0_c.scalar_type(), [&](auto zero) {
-    using T = decltype(zero);
-    with_problem<T>(backward_op, args, times, y0_c, params_c, shared_c, [&](const auto& space, auto method_tag, const auto& steps, const auto& problem) {
-      using Space = std::decay_t<decltype(space)>;
-      using Problem = std::decay_t<decltype(problem)>;
-      const auto cotangents = ode::observed(as_view<const T, 3, Space>(grad_c));
-      const auto y0_bar = as_view<T, 2, Space>(grad_y0);
-      translate_errors([&] {
-        if constexpr (ode::is_given_v<decltype(Problem::shared)>)
-          ode::solve_with_gradient(space, method_tag, problem, steps, ode::Outputs<>{}, cotangents,
-                                   ode::Gradients<decltype(y0_bar), ode::NoView, decltype(as_view<T, 1, Space>(grad_shared))>{
-                                       y0_bar, {}, as_view<T, 1, Space>(grad_shared)});
-        else
-          ode::solve_with_gradient(space, method_tag, problem, steps, ode::Outputs<>{}, cotangents,
-                                   ode::Gradients<decltype(y0_bar), decltype(as_view<T, 2, Space>(grad_params))>{
-                                       y0_bar, as_view<T, 2, Space>(grad_params)});
-      });
-    });
-  });
-  return {grad_y0.to(y0.scalar_type()), grad_params.to(y0.scalar_type()), grad_shared.to(y0.scalar_type())};
+  tensors.grad_params = at::zeros(params ? params->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
+  tensors.grad_shared = at::zeros(shared ? shared->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
+  with_field_index(backward_op, field,
+                   [&](auto index) { integrate_adjoint<decltype(index)::value>(backward_op, args, times, tensors); });
+  return {tensors.grad_y0.to(y0.scalar_type()), tensors.grad_params.to(y0.scalar_type()),
+          tensors.grad_shared.to(y0.scalar_type())};
 }
 
 } // namespace

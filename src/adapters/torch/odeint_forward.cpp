@@ -14,16 +14,11 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
                   int64_t max_steps) {
   const OdeintArgs args{field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps};
   const std::vector<double> times = check_odeint(odeint_op, args);
-  const at::Tensor y0_c = prepared(y0), params_c = prepared_or_undefined(params), shared_c = prepared_or_undefined(shared);
-  at::Tensor observed = at::empty({y0.size(0), long(times.size()), y0.size(1)}, y0_c.options());
-  dispatch_float(y0_c.scalar_type(), [&](auto zero) {
-    using T = decltype(zero);
-    with_problem<T>(odeint_op, args, times, y0_c, params_c, shared_c, [&](const auto& space, auto method_tag, const auto& steps, const auto& problem) {
-      using Space = std::decay_t<decltype(space)>;
-      translate_errors([&] { ode::solve(space, method_tag, problem, steps, ode::observed(as_view<T, 3, Space>(observed))); });
-    });
-  });
-  return observed.to(y0.scalar_type());
+  OdeintTensors tensors;
+  tensors.y0 = prepared(y0), tensors.params = prepared_or_undefined(params), tensors.shared = prepared_or_undefined(shared);
+  tensors.observed = at::empty({y0.size(0), long(times.size()), y0.size(1)}, tensors.y0.options());
+  with_field_index(odeint_op, field, [&](auto index) { integrate<decltype(index)::value>(odeint_op, args, times, tensors); });
+  return tensors.observed.to(y0.scalar_type());
 }
 
 } // namespace

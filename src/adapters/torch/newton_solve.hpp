@@ -1,0 +1,57 @@
+#pragma once
+// The solves behind the Newton operators for one cell and float type, on every space (see
+// newton_ops.hpp). Included only by the translation units generated from newton_instance.cpp.in.
+
+#include "newton_ops.hpp"
+
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
+
+namespace paraseq::torch_bridge {
+
+template <class MakeCell, class T>
+void newton_forward(const char* op, const NewtonTensors& tensors, const NewtonConfig& config) {
+  const bool with_residual = tensors.residual.numel() > 0;
+  with_space(op, tensors.u, [&](const auto& space) {
+    using Space = std::decay_t<decltype(space)>;
+    using Mem = typename Space::memory_space;
+    const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+    const auto u_view = as_view<const T, 3, Space>(tensors.u);
+    const auto h_view = as_view<T, 3, Space>(tensors.h);
+    NewtonStats<Mem> stats;
+    NewtonStats<Mem>* stats_ptr = with_residual ? &stats : nullptr;
+    translate_errors([&] {
+      try {
+        if (tensors.h0.defined())
+          newton_solve(space, cell, u_view, h_view, config, as_view<const T, 2, Space>(tensors.h0), stats_ptr);
+        else newton_solve(space, cell, u_view, h_view, config, ZeroInitialState{}, stats_ptr);
+      } catch (const NewtonDivergenceError& error) { // the Python package raises paraseq.NewtonDivergenceError
+        TORCH_CHECK(false, "NewtonDivergenceError: ", error.what());
+      }
+    });
+    if (with_residual) Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
+  });
+}
+
+template <class MakeCell, class T>
+void newton_gradients(const char* op, const NewtonTensors& tensors, const NewtonConfig&) {
+  with_space(op, tensors.u, [&](const auto& space) {
+    using Space = std::decay_t<decltype(space)>;
+    const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+    const auto u_view = as_view<const T, 3, Space>(tensors.u);
+    // Writable only because newton_backward checks h with newton_solve's checks; it reads it.
+    const auto h_view = as_view<T, 3, Space>(tensors.h);
+    const auto g_view = as_view<const T, 3, Space>(tensors.grad_h);
+    const auto du_view = as_view<T, 3, Space>(tensors.du);
+    const auto dp_view = as_view<T, 1, Space>(tensors.dparams);
+    const auto dh0_view = as_view<T, 2, Space>(tensors.dh0);
+    translate_errors([&] {
+      if (tensors.h0.defined())
+        newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, as_view<const T, 2, Space>(tensors.h0),
+                        dh0_view);
+      else newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view);
+    });
+  });
+}
+
+} // namespace paraseq::torch_bridge

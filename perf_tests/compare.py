@@ -266,20 +266,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: checks that every comparison runs")
+    parser.add_argument("--gru-shapes", default="16x4096x1024,8x16384x512",
+                        help="B x T x H shapes of the recurrence comparison, comma separated")
+    parser.add_argument("--compiled-steps", type=int, default=32,
+                        help="steps of the unrolled loop given to torch.compile (its cold compile grows with them)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device, time_ms = args.device, timer(args.device)
     if args.quick:
         gru_shapes, ode_N, reps, sequential_up_to, copy_elements = [(2, 64, 16)], 256, 2, 1 << 30, 1 << 20
     else:
-        gru_shapes, ode_N, reps, sequential_up_to, copy_elements = [(16, 4096, 1024), (8, 16384, 512)], 1 << 20, 5, \
-            16 * 4096, 1 << 28
+        gru_shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.gru_shapes.split(",")]
+        ode_N, reps, sequential_up_to, copy_elements = 1 << 20, 5, 16 * 4096, 1 << 28
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
               "paraseq_kokkos": torch.ops.paraseq.kokkos_configuration().splitlines()[:3]}
     report["copy_GBps"] = copy_gbps(time_ms, device, copy_elements)
     results = compare_gru(time_ms, device, gru_shapes, reps, sequential_up_to)
-    results += compare_ode(time_ms, device, ode_N, 1000 if not args.quick else 20, 32 if not args.quick else 4, reps)
+    results += compare_ode(time_ms, device, ode_N, 1000 if not args.quick else 20, args.compiled_steps if not args.quick else 4,
+                           reps)
     for entry in results:
         if "bytes" in entry:
             entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3

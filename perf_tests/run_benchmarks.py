@@ -11,6 +11,9 @@ a normalised time more than --threshold (default 15%) above the baseline's is fl
 
     run_benchmarks.py --build-dir build/main [--quick] [--out report.json] [--baseline base.json]
     run_benchmarks.py --raw gbench.json --build-dir DIR --out report.json   (a run made elsewhere)
+
+--timeout SECONDS runs each benchmark in a process of its own and reports those that outrun it
+(the GPU runs use it: one pathological case must not cost the whole run).
 """
 
 import argparse
@@ -73,16 +76,50 @@ def build_versions(build_dir):
     return versions
 
 
-def run_suite(executable, benchmark_filter, repetitions, min_time):
+def benchmark_command(executable, benchmark_filter, repetitions, min_time):
     command = [executable, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
                "--benchmark_report_aggregates_only=true", f"--benchmark_min_time={min_time}s"]
     if benchmark_filter:
         command.append(f"--benchmark_filter={benchmark_filter}")
-    result = subprocess.run(command, capture_output=True, text=True)
+    return command
+
+
+def run_suite(executable, benchmark_filter, repetitions, min_time):
+    result = subprocess.run(benchmark_command(executable, benchmark_filter, repetitions, min_time), capture_output=True,
+                            text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
         raise SystemExit(f"run_benchmarks: {executable} failed with exit code {result.returncode}")
     return json.loads(result.stdout)
+
+
+def run_each(executable, benchmark_filter, repetitions, min_time, timeout, partial_path=None):
+    """Every benchmark in a process of its own, stopped after `timeout` seconds: one slow case costs
+    its timeout, not the run, and is reported as timed out. The raw results so far are rewritten to
+    partial_path after each benchmark, so an interrupted run keeps what it measured."""
+    listed = subprocess.run([executable, "--benchmark_list_tests"] +
+                            ([f"--benchmark_filter={benchmark_filter}"] if benchmark_filter else []),
+                            capture_output=True, text=True, check=True).stdout.split()
+    raw = {"context": {}, "benchmarks": [], "timed_out": []}
+    for name in listed:
+        command = benchmark_command(executable, "^" + re.escape(name) + "$", repetitions, min_time)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raw["timed_out"].append(name)
+            print(f"{name}: timed out after {timeout} s", flush=True)
+        else:
+            if result.returncode != 0:
+                sys.stderr.write(result.stderr)
+                raise SystemExit(f"run_benchmarks: {name} failed with exit code {result.returncode}")
+            one = json.loads(result.stdout)
+            raw["context"] = one.get("context", {})
+            raw["benchmarks"].extend(one["benchmarks"])
+            print(f"{name}: done", flush=True)
+        if partial_path:
+            with open(partial_path, "w") as partial:
+                json.dump(raw, partial)
+    return raw
 
 
 def summarize(raw):
@@ -147,6 +184,8 @@ def main():
     parser.add_argument("--threshold", type=float, default=0.15)
     parser.add_argument("--fail-on-regression", action="store_true")
     parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="run each benchmark in its own process, stopped after this many seconds (reported)")
     parser.add_argument("--raw", default=None,
                         help="summarise this Google Benchmark JSON (from a run elsewhere) instead of running")
     args = parser.parse_args()
@@ -157,6 +196,9 @@ def main():
     if args.raw:
         with open(args.raw) as raw_file:
             raw = json.load(raw_file)
+    elif args.timeout:
+        raw = run_each(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2, args.timeout,
+                       args.out + ".raw" if args.out else None)
     else:
         raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
     report = {
@@ -165,8 +207,11 @@ def main():
         "context": raw.get("context", {}),
         "suite": "quick" if args.quick and not args.filter else "full",
         "results": summarize(raw),
+        "timed_out": raw.get("timed_out", []),
     }
     print_table(report["results"])
+    for name in report["timed_out"]:
+        print(f"{name[:58]:58} timed out after {args.timeout} s")
     if args.out:
         with open(args.out, "w") as out:
             json.dump(report, out, indent=1)

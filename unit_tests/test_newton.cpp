@@ -121,12 +121,29 @@ NewtonConfig with_mode(NewtonMode mode, ScanConfig scan = {}, int fused_window =
   return config;
 }
 
-// Every mode and several decompositions, K iterations (default 3).
+// Threads that may share one fused window on Space, at most 4 (one on Serial). Host plans use one
+// thread per window by default; asking for more covers the compose phase and its cached
+// linearisations on every backend that allows it.
+template <class Space>
+int shared_window_threads() {
+  using policy_t = Kokkos::TeamPolicy<Space>;
+  const int most = policy_t(Space{}, 1, 1).team_size_max(KOKKOS_LAMBDA(const typename policy_t::member_type&){},
+                                                         Kokkos::ParallelForTag{});
+  return std::min(4, most);
+}
+
+// Every mode and several decompositions, K iterations (default 3). The fused window of 40 steps
+// shared by several threads leaves a shorter last chunk whenever T is not a multiple of it.
+template <class Space>
 std::vector<NewtonConfig> forward_configs(int iterations = 3) {
   std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton), with_mode(NewtonMode::newton, ScanConfig{1, 5, 7}),
                                     with_mode(NewtonMode::newton, sequential_scan_config), with_mode(NewtonMode::fused),
                                     with_mode(NewtonMode::fused, {}, 16), with_mode(NewtonMode::sequential),
                                     with_mode(NewtonMode::automatic)};
+  if (const int threads = shared_window_threads<Space>(); threads > 1) {
+    configs.push_back(with_mode(NewtonMode::fused, {}, 40));
+    configs.back().fused_team_threads = threads;
+  }
   for (NewtonConfig& config : configs) config.max_iters = iterations;
   return configs;
 }
@@ -134,7 +151,7 @@ std::vector<NewtonConfig> forward_configs(int iterations = 3) {
 std::string describe(const NewtonConfig& c) {
   return "mode=" + std::to_string(int(c.mode)) + " scan=" + std::to_string(c.scan.team_chunks) + "," +
          std::to_string(c.scan.chunk_length) + "," + std::to_string(c.scan.time_chunks) +
-         " window=" + std::to_string(c.fused_window);
+         " window=" + std::to_string(c.fused_window) + " window threads=" + std::to_string(c.fused_team_threads);
 }
 
 template <class Space>
@@ -148,7 +165,7 @@ TYPED_TEST(Newton, GruMatchesSequentialLoopInDouble) {
     GruProblem<double, Space> problem(2, T_steps, 5, 0.5, 1);
     const Host3 reference = problem.reference();
     View3<double, Space> h("h", 2, T_steps, 5);
-    for (const NewtonConfig& config : forward_configs()) {
+    for (const NewtonConfig& config : forward_configs<Space>()) {
       SCOPED_TRACE(describe(config));
       Kokkos::deep_copy(h, NAN);
       newton_solve(Space{}, problem.cell(), problem.u, h, config);
@@ -176,7 +193,7 @@ TYPED_TEST(Newton, LargerInputsTakeOneMoreIteration) {
   GruProblem<double, Space> gru(2, 4096, 5, 0.5, 15, 1.5);
   LstmProblem<double, Space> lstm(2, 4096, 3, 0.5, 16, 1.5);
   View3<double, Space> h_gru("h", 2, 4096, 5), h_lstm("h", 2, 4096, 6);
-  for (const NewtonConfig& config : forward_configs(4)) {
+  for (const NewtonConfig& config : forward_configs<Space>(4)) {
     SCOPED_TRACE(describe(config));
     newton_solve(Space{}, gru.cell(), gru.u, h_gru, config);
     EXPECT_LE(max_abs_difference(as_double3(h_gru), gru.reference()), 1e-10);
@@ -191,7 +208,7 @@ TYPED_TEST(Newton, GruMatchesSequentialLoopInFloat) {
   GruProblem<float, Space> problem(2, T_steps, 8, 0.5, 5, 1.5);
   const Host3 reference = problem.reference();
   View3<float, Space> h("h", 2, T_steps, 8);
-  for (const NewtonConfig& config : forward_configs()) {
+  for (const NewtonConfig& config : forward_configs<Space>()) {
     SCOPED_TRACE(describe(config));
     newton_solve(Space{}, problem.cell(), problem.u, h, config);
     EXPECT_LE(max_abs_difference(as_double3(h), reference), 1e-5);
@@ -207,7 +224,7 @@ TYPED_TEST(Newton, LstmMatchesSequentialLoop) {
     LstmProblem<double, Space> problem(2, T_steps, 3, 0.5, 7);
     const Host3 reference = problem.reference();
     View3<double, Space> h("h", 2, T_steps, 6);
-    for (const NewtonConfig& config : forward_configs(4)) {
+    for (const NewtonConfig& config : forward_configs<Space>(4)) {
       SCOPED_TRACE(describe(config));
       Kokkos::deep_copy(h, NAN);
       newton_solve(Space{}, problem.cell(), problem.u, h, config);
@@ -216,7 +233,7 @@ TYPED_TEST(Newton, LstmMatchesSequentialLoop) {
   }
   LstmProblem<float, Space> single(1, 4096, 4, 0.5, 9, 1.5);
   View3<float, Space> h("h", 1, 4096, 8);
-  for (const NewtonConfig& config : forward_configs()) {
+  for (const NewtonConfig& config : forward_configs<Space>()) {
     SCOPED_TRACE(describe(config));
     newton_solve(Space{}, single.cell(), single.u, h, config);
     EXPECT_LE(max_abs_difference(as_double3(h), single.reference()), 1e-5);
@@ -278,7 +295,7 @@ TYPED_TEST(Newton, RepeatedSolvesAreBitwiseEqual) {
       du2("du2", 3, 2000, 21);
   View1<float, Space> da1("da1", 21), da2("da2", 21);
   fill_uniform(g, -1, 1, 32);
-  for (const NewtonConfig& config : forward_configs()) {
+  for (const NewtonConfig& config : forward_configs<Space>()) {
     newton_solve(Space{}, problem.cell(), problem.u, h1, config);
     newton_solve(Space{}, problem.cell(), problem.u, h2, config);
     EXPECT_TRUE(bitwise_equal(h1, h2)) << describe(config);

@@ -237,6 +237,13 @@ TYPED_TEST(NewtonConfiguration, BadInputRaisesClearErrors) {
   config = NewtonConfig{};
   config.picard_adapt = true;
   expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.picard_adapt", "residual_fail");
+  config = NewtonConfig{};
+  config.fused_team_threads = -2;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.fused_team_threads", "a value >= 0");
+  config = NewtonConfig{};
+  config.mode = NewtonMode::fused;
+  config.fused_team_threads = 1024; // more threads per team than any backend allows with this scratch
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.fused_team_threads", "threads per team");
 
   View3<double, Space> x("x", B, T_steps, 5);
   View2<double, Space> W_bad("W", 3 * H, 6);

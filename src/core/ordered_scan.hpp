@@ -155,9 +155,17 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
   if (config.team_chunks > 0) plan.team_chunks = config.team_chunks;
   else if (on_host) plan.team_chunks = 1;
   else {
+    // Sub-chunks make each step cost compose + apply (compose_cost + 1 plain steps) in exchange for
+    // P times the threads. A device's loads stop gaining from more threads at about a quarter of
+    // its resident threads (H200: the one-step-per-thread plan over 2^16 channels ran 1.9x faster
+    // than 8 sub-chunks, while 2^14 channels gained from them; docs/performance.md), so
+    // sub-chunks pay only while the threads without them are fewer than that saturation divided
+    // by the extra work.
+    const double saturation = concurrency / 4;
+    const double threads = std::max(1.0, teams * threads_per_team);
     const std::size_t map_bytes = sizeof(Acc) * detail::map_size<D> * plan.lanes;
     const long by_scratch = long(std::max<std::size_t>(1, (32 * 1024) / map_bytes));
-    const long by_fill = detail::round_up_pow2(long(concurrency / std::max(1.0, teams * threads_per_team)));
+    const long by_fill = threads * (compose_cost + 1) < saturation ? detail::round_up_pow2(long(saturation / threads)) : 1;
     const long team_cap = plan.lanes >= 32 ? 16 : 32; // the carry prefix costs O(P) map applications
     plan.team_chunks = int(std::max(1L, std::min({team_cap, by_scratch, by_fill})));
     while (plan.team_chunks & (plan.team_chunks - 1)) --plan.team_chunks; // a power of two

@@ -121,6 +121,11 @@ inline void check_newton_config(const NewtonConfig& config) {
   if (config.max_iters < 0) bad("max_iters", "value " + std::to_string(config.max_iters), "a value >= 0");
   if (!(config.omega > 0 && config.omega <= 1)) bad("omega", "value " + std::to_string(config.omega), "0 < omega <= 1");
   if (config.picard_iters < 0) bad("picard_iters", "value " + std::to_string(config.picard_iters), "a value >= 0");
+  if (config.fused_window < 0)
+    bad("fused_window", "value " + std::to_string(config.fused_window), "a value >= 0 (0: chosen from the space)");
+  if (config.fused_team_threads < 0 || config.fused_team_threads > 1024)
+    bad("fused_team_threads", "value " + std::to_string(config.fused_team_threads),
+        "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
   if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
     bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
   const bool fused = config.mode == NewtonMode::fused;

@@ -55,6 +55,9 @@ struct NewtonConfig {
   double auto_work_ratio = 0;
   ScanConfig scan{};    // decomposition of every scan (Newton iterations and the adjoint)
   int fused_window = 0; // steps per on-chip window of the fused mode; 0 = chosen from the space
+  // Threads that share one window of the fused mode (each takes window / threads steps); 0 = chosen
+  // from the space (one on host spaces, as many as fit the team scratch on devices).
+  int fused_team_threads = 0;
 };
 
 // A fixed number of iterations and no residual-driven decision: the solve never reads device data

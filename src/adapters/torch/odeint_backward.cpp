@@ -24,8 +24,11 @@ odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor
   // Gradients of absent parameters are empty tensors.
   tensors.grad_params = at::zeros(params ? params->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
   tensors.grad_shared = at::zeros(shared ? shared->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
-  with_field_index(backward_op, field,
-                   [&](auto index) { integrate_adjoint<decltype(index)::value>(backward_op, args, times, tensors); });
+  with_name_index(backward_op, "field", field_names, field, [&](auto f) {
+    with_name_index(backward_op, "method", method_names, method, [&](auto m) {
+      integrate_adjoint<decltype(f)::value, decltype(m)::value>(backward_op, args, times, tensors);
+    });
+  });
   return {tensors.grad_y0.to(y0.scalar_type()), tensors.grad_params.to(y0.scalar_type()),
           tensors.grad_shared.to(y0.scalar_type())};
 }

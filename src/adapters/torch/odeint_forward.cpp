@@ -17,7 +17,11 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
   OdeintTensors tensors;
   tensors.y0 = prepared(y0), tensors.params = prepared_or_undefined(params), tensors.shared = prepared_or_undefined(shared);
   tensors.observed = at::empty({y0.size(0), long(times.size()), y0.size(1)}, tensors.y0.options());
-  with_field_index(odeint_op, field, [&](auto index) { integrate<decltype(index)::value>(odeint_op, args, times, tensors); });
+  with_name_index(odeint_op, "field", field_names, field, [&](auto f) {
+    with_name_index(odeint_op, "method", method_names, method, [&](auto m) {
+      integrate<decltype(f)::value, decltype(m)::value>(odeint_op, args, times, tensors);
+    });
+  });
   return tensors.observed.to(y0.scalar_type());
 }
 

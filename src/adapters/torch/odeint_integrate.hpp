@@ -1,6 +1,6 @@
 #pragma once
-// The work of paraseq::odeint and odeint_backward for one built-in field: every method x float type
-// x space. Included only by the per-field translation units that CMake generates from
+// The work of paraseq::odeint and odeint_backward for one built-in field and method: every float
+// type x space. Included only by the translation units that CMake generates from
 // odeint_instance.cpp.in (see odeint.hpp).
 
 #include "odeint.hpp"
@@ -10,38 +10,28 @@
 
 namespace paraseq::torch_bridge {
 
-// Calls f(method, steps): fixed steps of step_size (landing on every t), fixed steps on the grid t
-// (euler, rk4 without step_size) or adaptive steps (heun, dopri5 without step_size).
-template <class F>
-void with_stepping(const char* op, const OdeintArgs& args, const std::vector<double>& times, const F& f) {
-  const bool known = args.method == "euler" || args.method == "heun" || args.method == "rk4" || args.method == "dopri5";
-  TORCH_CHECK_VALUE(known, op, ": argument 'method' is \"", args.method,
-                    "\", expected \"euler\", \"heun\", \"rk4\" or \"dopri5\"");
-  const bool fixed_only = args.method == "euler" || args.method == "rk4";
-  auto call = [&](auto method) {
-    if (args.step_size) {
-      TORCH_CHECK_VALUE(*args.step_size > 0, op, ": argument 'step_size' is ", *args.step_size, ", expected a value > 0");
-      f(method, ode::FixedSteps::until(times.front(), times.back(), *args.step_size).observe_at(times));
-    } else if (fixed_only) {
-      f(method, ode::FixedSteps::on_grid(times).observe_at(times));
-    } else if constexpr (ode::is_adaptive_method_v<decltype(method)>) {
-      ode::AdaptiveSteps steps;
-      steps.t0 = times.front();
-      steps.t_end = times.back();
-      steps.rtol = args.rtol;
-      steps.atol = args.atol;
-      steps.max_steps = int(args.max_steps);
-      f(method, steps.observe_at(times));
-    }
-  };
-  if (args.method == "euler") call(ode::Euler{});
-  else if (args.method == "heun") call(ode::Heun{});
-  else if (args.method == "rk4") call(ode::RK4{});
-  else call(ode::DormandPrince5{});
+// Calls f(steps) for Method: fixed steps of step_size (landing on every t), fixed steps on the grid
+// t (euler, rk4 without step_size) or adaptive steps (heun, dopri5 without step_size).
+template <class Method, class F>
+void with_steps(const char* op, const OdeintArgs& args, const std::vector<double>& times, const F& f) {
+  if (args.step_size) {
+    TORCH_CHECK_VALUE(*args.step_size > 0, op, ": argument 'step_size' is ", *args.step_size, ", expected a value > 0");
+    f(ode::FixedSteps::until(times.front(), times.back(), *args.step_size).observe_at(times));
+  } else if constexpr (ode::is_adaptive_method_v<Method>) {
+    ode::AdaptiveSteps steps;
+    steps.t0 = times.front();
+    steps.t_end = times.back();
+    steps.rtol = args.rtol;
+    steps.atol = args.atol;
+    steps.max_steps = int(args.max_steps);
+    f(steps.observe_at(times));
+  } else {
+    f(ode::FixedSteps::on_grid(times).observe_at(times));
+  }
 }
 
 // Calls f(space, method, steps, problem) with the problem's Views over the prepared tensors.
-template <class T, int FieldIndex, class F>
+template <class T, int FieldIndex, int MethodIndex, class F>
 void with_problem(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors,
                   const F& f) {
   using Field = BuiltinField<FieldIndex>;
@@ -49,7 +39,8 @@ void with_problem(const char* op, const OdeintArgs& args, const std::vector<doub
   with_space(op, args.y0, [&](const auto& space) {
     using Space = std::decay_t<decltype(space)>;
     const auto y0_view = as_view<const T, 2, Space>(tensors.y0);
-    with_stepping(op, args, times, [&](auto method, const auto& steps) {
+    const BuiltinMethod<MethodIndex> method;
+    with_steps<BuiltinMethod<MethodIndex>>(op, args, times, [&](const auto& steps) {
       if constexpr (has_shared_parameters<Field>) {
         TORCH_CHECK_VALUE(tensors.shared.defined(), op, ": argument 'shared' is None, expected the field's shared parameters");
         f(space, method, steps, ode::problem(field, y0_view, ode::NoView{}, as_view<const T, 1, Space>(tensors.shared)));
@@ -61,23 +52,23 @@ void with_problem(const char* op, const OdeintArgs& args, const std::vector<doub
   });
 }
 
-template <int FieldIndex>
+template <int FieldIndex, int MethodIndex>
 void integrate(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors) {
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    with_problem<T, FieldIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
+    with_problem<T, FieldIndex, MethodIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
       using Space = std::decay_t<decltype(space)>;
       translate_errors([&] { ode::solve(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed))); });
     });
   });
 }
 
-template <int FieldIndex>
+template <int FieldIndex, int MethodIndex>
 void integrate_adjoint(const char* op, const OdeintArgs& args, const std::vector<double>& times,
                        const OdeintTensors& tensors) {
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    with_problem<T, FieldIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
+    with_problem<T, FieldIndex, MethodIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
       using Space = std::decay_t<decltype(space)>;
       using Problem = std::decay_t<decltype(problem)>;
       const auto cotangents = ode::observed(as_view<const T, 3, Space>(tensors.grad_y));

@@ -20,8 +20,6 @@ using namespace paraseq;
 using namespace paraseq::test;
 using ::testing::HasSubstr;
 
-using Host2 = Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace>;
-using Host3 = Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 // h' = tanh(W h + u), W: [N, N] with N <= 32, u: [B, T, N]. One group holds the whole state; the
 // gradient slots are W's entries, row-major.
@@ -159,22 +157,6 @@ Host3 elman_sequential(const Host2& W, const Host3& u, const Host2& h0 = {}) {
     }
   }
   return h;
-}
-
-template <class View>
-Host3 as_double3(const View& view) {
-  auto host = to_host(view);
-  Host3 out("double", host.extent(0), host.extent(1), host.extent(2));
-  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
-  return out;
-}
-
-template <class View>
-Host2 as_double2(const View& view) {
-  auto host = to_host(view);
-  Host2 out("double", host.extent(0), host.extent(1));
-  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
-  return out;
 }
 
 template <class Space>

@@ -19,25 +19,8 @@ using namespace paraseq;
 using namespace paraseq::test;
 
 using Host1 = Kokkos::View<double*, Kokkos::LayoutRight, Kokkos::HostSpace>;
-using Host2 = Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace>;
-using Host3 = Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
-
-template <class View>
-Host3 as_double3(const View& view) {
-  auto host = to_host(view);
-  Host3 out("double", host.extent(0), host.extent(1), host.extent(2));
-  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
-  return out;
-}
-template <class View>
-Host2 as_double2(const View& view) {
-  auto host = to_host(view);
-  Host2 out("double", host.extent(0), host.extent(1));
-  for (std::size_t i = 0; i < host.span(); ++i) out.data()[i] = double(host.data()[i]);
-  return out;
-}
 
 // The ParaGRU recurrence of cells.md, one step after another; h0 empty means zero.
 Host3 gru_sequential(const Host2& a, const Host3& u, const Host2& h0 = {}) {

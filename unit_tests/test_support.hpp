@@ -70,6 +70,31 @@ auto to_host(const View& view) {
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
 }
 
+// Host copies in double precision, for comparisons with the float64 reference loops.
+using Host2 = Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using Host3 = Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+template <class View>
+Host2 as_double2(const View& view) {
+  static_assert(View::rank == 2, "as_double2 takes a rank-2 View");
+  auto host = to_host(view);
+  Host2 out("double", host.extent(0), host.extent(1));
+  for (std::size_t i = 0; i < host.extent(0); ++i)
+    for (std::size_t j = 0; j < host.extent(1); ++j) out(i, j) = double(host(i, j));
+  return out;
+}
+
+template <class View>
+Host3 as_double3(const View& view) {
+  static_assert(View::rank == 3, "as_double3 takes a rank-3 View");
+  auto host = to_host(view);
+  Host3 out("double", host.extent(0), host.extent(1), host.extent(2));
+  for (std::size_t i = 0; i < host.extent(0); ++i)
+    for (std::size_t j = 0; j < host.extent(1); ++j)
+      for (std::size_t k = 0; k < host.extent(2); ++k) out(i, j, k) = double(host(i, j, k));
+  return out;
+}
+
 // max |x - ref| / max |ref| over all elements (ref is a host View of the same shape).
 template <class View, class RefView>
 double max_relative_error(const View& x, const RefView& ref) {

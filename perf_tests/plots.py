@@ -33,6 +33,16 @@ def matching(results, prefix, **shape):
             all(r["shape"].get(k) == v for k, v in shape.items())]
 
 
+def save(fig, ax, out, name, **legend):
+    """Adds the legend and writes the figure, unless none of the reports had data for it."""
+    if ax.has_data():
+        ax.legend(**legend)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=120)
+        print(f"wrote {os.path.join(out, name)}")
+    plt.close(fig)
+
+
 def scan_bandwidth(reports, out):
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, results in reports:
@@ -45,9 +55,7 @@ def scan_bandwidth(reports, out):
     ax.set(xlabel="log2(B·N) at B·N·T = 2^26, fp32", ylabel="% of copy bandwidth (same run)",
            title="Diagonal linear scan")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "scan_bandwidth.png"), dpi=120)
+    save(fig, ax, out, "scan_bandwidth.png", fontsize=8)
 
 
 def newton_modes(reports, out):
@@ -65,9 +73,7 @@ def newton_modes(reports, out):
             ax.bar([i + offset for i in range(len(shapes))], times, width, label=f"{label} {mode}")
     ax.set_xticks([i + 0.4 for i in range(len(shapes))], [f"{b}×{t}×{h}" for b, t, h in shapes], fontsize=8)
     ax.set(yscale="log", ylabel="ms", xlabel="(B, T, H)", title="ParaGRU forward, K = 3, fp32")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "newton_modes.png"), dpi=120)
+    save(fig, ax, out, "newton_modes.png", fontsize=7, ncol=2)
 
 
 def rk_time(reports, out):
@@ -81,9 +87,7 @@ def rk_time(reports, out):
     ax.set(yscale="log", xlabel="log2(N trajectories), n = 2, 1000 steps", ylabel="ms",
            title="Batched Runge–Kutta, fused loop")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "rk_time.png"), dpi=120)
+    save(fig, ax, out, "rk_time.png", fontsize=8)
 
 
 def main():
@@ -95,7 +99,6 @@ def main():
     reports = load(args.reports)
     for draw in (scan_bandwidth, newton_modes, rk_time):
         draw(reports, args.out)
-    print(f"plots written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -197,6 +197,8 @@ def main():
                         help="run each benchmark in its own process, stopped after this many seconds (reported)")
     parser.add_argument("--raw", default=None,
                         help="summarise this Google Benchmark JSON (from a run elsewhere) instead of running")
+    parser.add_argument("--machine", default=None,
+                        help="with --raw: the machine the run was made on (this machine is described otherwise)")
     args = parser.parse_args()
 
     executable = os.path.join(args.build_dir, "perf_tests", "paraseq_benchmarks")
@@ -211,7 +213,7 @@ def main():
     else:
         raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
     report = {
-        "machine": machine_description(),
+        "machine": {"description": args.machine} if args.machine else machine_description(),
         "versions": build_versions(args.build_dir),
         "context": raw.get("context", {}),
         "suite": "quick" if args.quick and not args.filter else "full",

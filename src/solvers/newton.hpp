@@ -83,16 +83,18 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   return NewtonMode::newton;
 }
 
+// The checks newton_solve and newton_backward share (h is the output of one, an input of the other).
 template <class ExecSpace, class Cell, class UView, class HView, class H0View>
 void check_newton_views(const char* fn, const Cell& cell, const UView& u, const HView& h, const H0View& h0) {
   static_assert(Kokkos::is_execution_space_v<ExecSpace>,
-                "paraseq::newton_solve: the first argument must be a Kokkos execution space instance");
-  static_assert(Kokkos::is_view_v<UView> && UView::rank == 3, "paraseq::newton_solve: u must be a [B, T, U] Kokkos::View");
-  static_assert(Kokkos::is_view_v<HView> && HView::rank == 3, "paraseq::newton_solve: h must be a [B, T, N] Kokkos::View");
-  static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");
+                "paraseq::newton_solve / newton_backward: the first argument must be a Kokkos execution space instance");
+  static_assert(Kokkos::is_view_v<UView> && UView::rank == 3,
+                "paraseq::newton_solve / newton_backward: u must be a [B, T, U] Kokkos::View");
+  static_assert(Kokkos::is_view_v<HView> && HView::rank == 3,
+                "paraseq::newton_solve / newton_backward: h must be a [B, T, N] Kokkos::View");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename UView::memory_space>::accessible &&
                     Kokkos::SpaceAccessibility<ExecSpace, typename HView::memory_space>::accessible,
-                "paraseq::newton_solve: u and h must be accessible from the execution space");
+                "paraseq::newton_solve / newton_backward: u and h must be accessible from the execution space");
   cell.check(fn);
   const long B = long(u.extent(0)), T = long(u.extent(1)), N = cell.state_size();
   require_extents(fn, "u", u, {B, T, cell.input_size()}, "[B, T, cell.input_size()]");
@@ -145,6 +147,7 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
   using acc_t = detail::accumulation_t<Acc, UView>;
   using memory_space = typename ExecSpace::memory_space;
   detail::check_cell<Cell, acc_t>();
+  static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");
   detail::check_newton_views<ExecSpace>(detail::newton_fn, cell, u, h, h0);
   detail::check_newton_config(config);
 

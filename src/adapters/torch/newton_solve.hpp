@@ -39,8 +39,7 @@ void newton_gradients(const char* op, const NewtonTensors& tensors, const Newton
     using Space = std::decay_t<decltype(space)>;
     const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
     const auto u_view = as_view<const T, 3, Space>(tensors.u);
-    // Writable only because newton_backward checks h with newton_solve's checks; it reads it.
-    const auto h_view = as_view<T, 3, Space>(tensors.h);
+    const auto h_view = as_view<const T, 3, Space>(tensors.h);
     const auto g_view = as_view<const T, 3, Space>(tensors.grad_h);
     const auto du_view = as_view<T, 3, Space>(tensors.du);
     const auto dp_view = as_view<T, 1, Space>(tensors.dparams);

@@ -14,8 +14,8 @@
 #include <ATen/ops/empty.h>
 
 #include <optional>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 namespace paraseq::torch_bridge {

@@ -1,6 +1,6 @@
-// The operator schemas of the paraseq namespace. Kernels: scan_ops.cpp, newton_ops.cpp,
-// odeint_forward.cpp, odeint_backward.cpp (CPU, and CUDA when Kokkos has CUDA); fake kernels and
-// autograd: python/paraseq/_ops.py.
+// The operators of the paraseq namespace: their schemas, and their kernels (kernels.hpp) for the
+// CPU and, when Kokkos has CUDA, for CUDA. Fake kernels and autograd: python/paraseq/_ops.py.
+#include "kernels.hpp"
 #include "runtime.hpp"
 
 #include <torch/library.h>
@@ -35,3 +35,24 @@ TORCH_LIBRARY(paraseq, m) {
         "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y) "
         "-> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
 }
+
+namespace {
+
+// Every kernel serves every device: it runs on the execution space of its tensors' device.
+void register_kernels(torch::Library& m) {
+  using namespace paraseq::torch_bridge;
+  m.impl("linear_scan", &linear_scan);
+  m.impl("para_gru", &para_gru);
+  m.impl("para_gru_backward", &para_gru_backward);
+  m.impl("para_lstm", &para_lstm);
+  m.impl("para_lstm_backward", &para_lstm_backward);
+  m.impl("odeint", &odeint);
+  m.impl("odeint_backward", &odeint_backward);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(paraseq, CPU, m) { register_kernels(m); }
+#ifdef KOKKOS_ENABLE_CUDA
+TORCH_LIBRARY_IMPL(paraseq, CUDA, m) { register_kernels(m); }
+#endif

@@ -1,8 +1,8 @@
 // paraseq::para_gru, para_lstm and their backward: argument checks and outputs (newton_ops.hpp).
+#include "kernels.hpp"
 #include "newton_ops.hpp"
 
 #include <ATen/ops/empty.h>
-#include <torch/library.h>
 
 #include <tuple>
 
@@ -85,6 +85,8 @@ constexpr const char* lstm_op = "paraseq::para_lstm";
 constexpr const char* gru_backward_op = "paraseq::para_gru_backward";
 constexpr const char* lstm_backward_op = "paraseq::para_lstm_backward";
 
+} // namespace
+
 std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
                                             int64_t max_iters, double omega, std::optional<double> residual_atol,
                                             std::optional<double> residual_fail, int64_t picard_iters, bool picard_adapt,
@@ -127,22 +129,5 @@ para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p
   const auto grads = gradients<MakeLstm>(lstm_backward_op, u, params, state0, state, grad_state);
   return {grads[0], grads[1], grads[2], grads[3]};
 }
-
-} // namespace
-
-TORCH_LIBRARY_IMPL(paraseq, CPU, m) {
-  m.impl("para_gru", &para_gru);
-  m.impl("para_gru_backward", &para_gru_backward);
-  m.impl("para_lstm", &para_lstm);
-  m.impl("para_lstm_backward", &para_lstm_backward);
-}
-#ifdef KOKKOS_ENABLE_CUDA
-TORCH_LIBRARY_IMPL(paraseq, CUDA, m) {
-  m.impl("para_gru", &para_gru);
-  m.impl("para_gru_backward", &para_gru_backward);
-  m.impl("para_lstm", &para_lstm);
-  m.impl("para_lstm_backward", &para_lstm_backward);
-}
-#endif
 
 } // namespace paraseq::torch_bridge

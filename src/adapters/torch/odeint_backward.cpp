@@ -1,13 +1,15 @@
 // paraseq::odeint_backward: the discrete adjoint of paraseq::odeint through the steps it took.
+#include "kernels.hpp"
 #include "odeint.hpp"
 
 #include <ATen/ops/zeros.h>
-#include <torch/library.h>
 
 namespace paraseq::torch_bridge {
 namespace {
 
 constexpr const char* backward_op = "paraseq::odeint_backward";
+
+} // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor>
 odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
@@ -32,12 +34,5 @@ odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor
   return {tensors.grad_y0.to(y0.scalar_type()), tensors.grad_params.to(y0.scalar_type()),
           tensors.grad_shared.to(y0.scalar_type())};
 }
-
-} // namespace
-
-TORCH_LIBRARY_IMPL(paraseq, CPU, m) { m.impl("odeint_backward", &odeint_backward); }
-#ifdef KOKKOS_ENABLE_CUDA
-TORCH_LIBRARY_IMPL(paraseq, CUDA, m) { m.impl("odeint_backward", &odeint_backward); }
-#endif
 
 } // namespace paraseq::torch_bridge

@@ -1,12 +1,13 @@
 // paraseq::odeint: the states at the times t, [N, len(t), n].
+#include "kernels.hpp"
 #include "odeint.hpp"
-
-#include <torch/library.h>
 
 namespace paraseq::torch_bridge {
 namespace {
 
 constexpr const char* odeint_op = "paraseq::odeint";
+
+} // namespace
 
 at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
                   const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
@@ -24,12 +25,5 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
   });
   return tensors.observed.to(y0.scalar_type());
 }
-
-} // namespace
-
-TORCH_LIBRARY_IMPL(paraseq, CPU, m) { m.impl("odeint", &odeint); }
-#ifdef KOKKOS_ENABLE_CUDA
-TORCH_LIBRARY_IMPL(paraseq, CUDA, m) { m.impl("odeint", &odeint); }
-#endif
 
 } // namespace paraseq::torch_bridge

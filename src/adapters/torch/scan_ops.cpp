@@ -1,10 +1,10 @@
 // paraseq::linear_scan: the forward and reverse linear recurrences of core/linear_scan.hpp.
+#include "kernels.hpp"
 #include "runtime.hpp"
 
 #include <paraseq/core/linear_scan.hpp>
 
 #include <ATen/ops/empty.h>
-#include <torch/library.h>
 
 namespace paraseq::torch_bridge {
 namespace {
@@ -24,6 +24,8 @@ void with_structure(const std::string& name, const at::Tensor& A, const F& f) {
   if (A.size(3) == 3) return f(BlockDiagonal<3>{});
   return f(BlockDiagonal<4>{});
 }
+
+} // namespace
 
 at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
                        const std::string& structure, bool reverse) {
@@ -56,12 +58,5 @@ at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::opti
   });
   return output.to(b.scalar_type());
 }
-
-} // namespace
-
-TORCH_LIBRARY_IMPL(paraseq, CPU, m) { m.impl("linear_scan", &linear_scan); }
-#ifdef KOKKOS_ENABLE_CUDA
-TORCH_LIBRARY_IMPL(paraseq, CUDA, m) { m.impl("linear_scan", &linear_scan); }
-#endif
 
 } // namespace paraseq::torch_bridge

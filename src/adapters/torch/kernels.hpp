@@ -1,0 +1,44 @@
+#pragma once
+// The device kernels of the paraseq operators, one source file each (scan_ops.cpp, newton_ops.cpp,
+// odeint_forward.cpp, odeint_backward.cpp). library.cpp registers every one of them for the CPU
+// and, when Kokkos has CUDA, for CUDA: each runs on the space of its tensors' device.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+
+namespace paraseq::torch_bridge {
+
+at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
+                       const std::string& structure, bool reverse);
+
+std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
+                                            int64_t max_iters, double omega, std::optional<double> residual_atol,
+                                            std::optional<double> residual_fail, int64_t picard_iters, bool picard_adapt,
+                                            const std::string& scan_backend, bool with_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tensor& u, const at::Tensor& a,
+                                                                 const std::optional<at::Tensor>& h0, const at::Tensor& h,
+                                                                 const at::Tensor& grad_h);
+std::tuple<at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                                             const std::optional<at::Tensor>& state0, int64_t max_iters, double omega,
+                                             std::optional<double> residual_atol, std::optional<double> residual_fail,
+                                             int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                                             bool with_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p, const std::optional<at::Tensor>& state0,
+                   const at::Tensor& state, const at::Tensor& grad_state);
+
+at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
+                  const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
+                  const std::string& method, std::optional<double> step_size, double rtol, double atol,
+                  int64_t max_steps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
+                const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
+                const std::string& method, std::optional<double> step_size, double rtol, double atol, int64_t max_steps,
+                const at::Tensor& grad_y);
+
+} // namespace paraseq::torch_bridge

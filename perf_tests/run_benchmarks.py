@@ -85,13 +85,18 @@ def benchmark_command(executable, benchmark_filter, repetitions, min_time):
     return command
 
 
-def run_suite(executable, benchmark_filter, repetitions, min_time):
-    result = subprocess.run(benchmark_command(executable, benchmark_filter, repetitions, min_time), capture_output=True,
-                            text=True)
+def run_json(command, what, timeout=None):
+    """Runs one benchmark command and returns its JSON report; a failure ends the run (a timeout
+    raises subprocess.TimeoutExpired to the caller)."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
-        raise SystemExit(f"run_benchmarks: {executable} failed with exit code {result.returncode}")
+        raise SystemExit(f"run_benchmarks: {what} failed with exit code {result.returncode}")
     return json.loads(result.stdout)
+
+
+def run_suite(executable, benchmark_filter, repetitions, min_time):
+    return run_json(benchmark_command(executable, benchmark_filter, repetitions, min_time), executable)
 
 
 def run_each(executable, benchmark_filter, repetitions, min_time, timeout, partial_path=None):
@@ -105,15 +110,11 @@ def run_each(executable, benchmark_filter, repetitions, min_time, timeout, parti
     for name in listed:
         command = benchmark_command(executable, "^" + re.escape(name) + "$", repetitions, min_time)
         try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            one = run_json(command, name, timeout)
         except subprocess.TimeoutExpired:
             raw["timed_out"].append(name)
             print(f"{name}: timed out after {timeout} s", flush=True)
         else:
-            if result.returncode != 0:
-                sys.stderr.write(result.stderr)
-                raise SystemExit(f"run_benchmarks: {name} failed with exit code {result.returncode}")
-            one = json.loads(result.stdout)
             raw["context"] = one.get("context", {})
             raw["benchmarks"].extend(one["benchmarks"])
             print(f"{name}: done", flush=True)

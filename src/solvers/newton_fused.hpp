@@ -80,19 +80,20 @@ FusedPlan plan_fused(const ExecSpace&, const ScanShape& shape, const NewtonConfi
   } else {
     plan.lanes = plan.vector_length = grouped ? 32 : 1;
     plan.chunk_length = 8;
-    plan.cache_linearization = small_groups; // for sizing the scratch; kept below only with several threads
-    const int inputs = Cell::max_inputs_per_group;
-    // Scratch grows by `per_thread` for each thread beyond the first.
-    FusedPlan one = plan, two = plan;
-    two.team_chunks = 2, two.window = 2 * plan.chunk_length;
-    const long base = long(sizeof(Acc) * fused_scratch_values<Cell>(one, shape.group_size, inputs));
-    const long per_thread = long(sizeof(Acc) * fused_scratch_values<Cell>(two, shape.group_size, inputs)) - base;
-    const int wanted = config.fused_team_threads > 0 ? config.fused_team_threads
-                       : config.fused_window > 0     ? int(ceil_div(config.fused_window, plan.chunk_length))
-                                                     : 8;
-    plan.team_chunks = config.fused_team_threads > 0
-                           ? wanted
-                           : int(std::clamp<long>(std::min<long>(wanted, 1 + (48 * 1024 - base) / per_thread), 1, 16));
+    if (config.fused_team_threads > 0) plan.team_chunks = config.fused_team_threads;
+    else {
+      // Scratch grows by `per_thread` for each thread beyond the first; sized with the cache, which
+      // several threads use.
+      FusedPlan one = plan, two = plan;
+      one.cache_linearization = two.cache_linearization = small_groups;
+      one.window = plan.chunk_length;
+      two.team_chunks = 2, two.window = 2 * plan.chunk_length;
+      const int inputs = Cell::max_inputs_per_group;
+      const long base = long(sizeof(Acc) * fused_scratch_values<Cell>(one, shape.group_size, inputs));
+      const long per_thread = long(sizeof(Acc) * fused_scratch_values<Cell>(two, shape.group_size, inputs)) - base;
+      const int wanted = config.fused_window > 0 ? int(ceil_div(config.fused_window, plan.chunk_length)) : 8;
+      plan.team_chunks = int(std::clamp<long>(std::min<long>(wanted, 1 + (48 * 1024 - base) / per_thread), 1, 16));
+    }
   }
   plan.cache_linearization = small_groups && plan.team_chunks > 1;
   plan.window = plan.team_chunks * plan.chunk_length;

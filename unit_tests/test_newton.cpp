@@ -104,15 +104,16 @@ NewtonConfig with_mode(NewtonMode mode, ScanConfig scan = {}, int fused_window =
   return config;
 }
 
-// Threads that may share one fused window on Space, at most 4 (one on Serial). Host plans use one
-// thread per window by default; asking for more covers the compose phase and its cached
-// linearisations on every backend that allows it.
+// Threads that may share one fused window on Space, at most 5 (one on Serial). Host plans use one
+// thread per window by default; asking for more covers the compose phase and the exchange of maps
+// and boundary states on every backend that allows it. Five threads hold a 40-step window in
+// chunks of 8, which every space's chunk capacity allows.
 template <class Space>
 int shared_window_threads() {
   using policy_t = Kokkos::TeamPolicy<Space>;
   const int most = policy_t(Space{}, 1, 1).team_size_max(KOKKOS_LAMBDA(const typename policy_t::member_type&){},
                                                          Kokkos::ParallelForTag{});
-  return std::min(4, most);
+  return std::min(5, most);
 }
 
 // Every mode and several decompositions, K iterations (default 3). The fused window of 40 steps

@@ -24,9 +24,9 @@
 //               fills the space, the fastest (1/K of Newton's work)
 //   newton      one ordered scan per iteration over the whole sequence
 //   fused       one kernel; each team takes a tile of groups and walks the sequence in windows of W
-//               steps: it reads the window's u once into scratch, runs all K iterations there (the
-//               window's linear solves are the scan's sub-chunk / carry / re-run in scratch), and
-//               writes h once. The state entering a window is the converged end of the previous one:
+//               steps: each thread reads its chunk of the window's u once into registers, the team
+//               runs all K iterations on chip (the window's linear solves are the scan's compose /
+//               carry / re-run, maps exchanged in scratch), and writes h once. The state entering a window is the converged end of the previous one:
 //               for T <= W this is Newton on the whole sequence; for T > W each window is a shorter
 //               Newton problem with an exact (converged) start.
 //   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step

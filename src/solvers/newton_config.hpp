@@ -55,8 +55,8 @@ struct NewtonConfig {
   double auto_work_ratio = 0;
   ScanConfig scan{};    // decomposition of every scan (Newton iterations and the adjoint)
   int fused_window = 0; // steps per on-chip window of the fused mode; 0 = chosen from the space
-  // Threads that share one window of the fused mode (each takes window / threads steps); 0 = chosen
-  // from the space (one on host spaces, as many as fit the team scratch on devices).
+  // Threads per group that share one window of the fused mode (each takes window / threads steps,
+  // at most the kernel's per-thread capacity); 0 = chosen from the space (newton_fused.hpp).
   int fused_team_threads = 0;
 };
 

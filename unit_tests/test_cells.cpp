@@ -299,7 +299,6 @@ TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
   config.mode = NewtonMode::newton;
   config.max_iters = T_steps; // exact after T iterations
   newton_solve(Space{}, cell, u, h, config, h0);
-  newton_backward(Space{}, cell, u, h, g, du, dW, h0, dh0);
 
   Host3 hu = as_double3(u), hg = as_double3(g);
   Host2 hW = as_double2(W), hh0 = as_double2(h0);
@@ -325,9 +324,16 @@ TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
     }
     EXPECT_LE(error / scale, 1e-6) << name;
   };
-  expect_gradient(du, hu.data(), hu.span(), "du");
-  expect_gradient(dW, hW.data(), hW.span(), "dW");
-  expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+  // The dense adjoint: the reverse scan, and the fused kernel (maps of N x N, no cached Jacobians).
+  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused}) {
+    SCOPED_TRACE("backward mode=" + std::to_string(int(mode)));
+    NewtonConfig backward;
+    backward.mode = mode;
+    newton_backward(Space{}, cell, u, h, g, du, dW, h0, dh0, backward);
+    expect_gradient(du, hu.data(), hu.span(), "du");
+    expect_gradient(dW, hW.data(), hW.span(), "dW");
+    expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+  }
 }
 
 TYPED_TEST(Cells, BlockCellMatchesSequentialLoopAndRejectsStateSizesOffTheBlock) {

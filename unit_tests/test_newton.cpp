@@ -138,6 +138,21 @@ std::string describe(const NewtonConfig& c) {
          " window=" + std::to_string(c.fused_window) + " window threads=" + std::to_string(c.fused_team_threads);
 }
 
+// Every way the backward runs: the reverse ordered scan in several decompositions, the fused
+// adjoint with the space's plan and with a 40-step window shared by several threads, and the
+// sequential adjoint (one thread per group and window).
+template <class Space>
+std::vector<NewtonConfig> backward_configs() {
+  std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton), with_mode(NewtonMode::newton, sequential_scan_config),
+                                    with_mode(NewtonMode::newton, ScanConfig{1, 7, 5}), with_mode(NewtonMode::fused),
+                                    with_mode(NewtonMode::fused, {}, 16), with_mode(NewtonMode::sequential)};
+  if (const int threads = shared_window_threads<Space>(); threads > 1) {
+    configs.push_back(with_mode(NewtonMode::fused, {}, 40));
+    configs.back().fused_team_threads = threads;
+  }
+  return configs;
+}
+
 template <class Space>
 class Newton : public ::testing::Test {};
 TYPED_TEST_SUITE(Newton, ExecutionSpaces, SpaceName);
@@ -284,12 +299,14 @@ TYPED_TEST(Newton, RepeatedSolvesAreBitwiseEqual) {
     newton_solve(Space{}, problem.cell(), problem.u, h2, config);
     EXPECT_TRUE(bitwise_equal(h1, h2)) << describe(config);
   }
-  newton_backward(Space{}, problem.cell(), problem.u, h1, g, du1, da1);
   // The backward only reads h: a View of const values is accepted and gives the same bits.
   const View3<const float, Space> h1_read_only = h1;
-  newton_backward(Space{}, problem.cell(), problem.u, h1_read_only, g, du2, da2);
-  EXPECT_TRUE(bitwise_equal(du1, du2));
-  EXPECT_TRUE(bitwise_equal(da1, da2));
+  for (const NewtonConfig& config : backward_configs<Space>()) {
+    newton_backward(Space{}, problem.cell(), problem.u, h1, g, du1, da1, ZeroInitialState{}, NoGradient{}, config);
+    newton_backward(Space{}, problem.cell(), problem.u, h1_read_only, g, du2, da2, ZeroInitialState{}, NoGradient{}, config);
+    EXPECT_TRUE(bitwise_equal(du1, du2)) << describe(config);
+    EXPECT_TRUE(bitwise_equal(da1, da2)) << describe(config);
+  }
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -346,8 +363,6 @@ TYPED_TEST(Newton, GruGradientsMatchFiniteDifferences) {
   NewtonConfig config = with_mode(NewtonMode::newton);
   config.max_iters = 10;
   newton_solve(Space{}, cell, u, h, config, h0);
-  newton_backward(Space{}, cell, u, h, g, du, da, h0, dh0);
-  project_inputs_backward(Space{}, x, W, du, dW, dbias, dx);
 
   // The float64 reference pipeline on the host: u = x W^T + b, the loop, L = <g, h>.
   Host3 hx = as_double3(x), hg = as_double3(g);
@@ -366,11 +381,21 @@ TYPED_TEST(Newton, GruGradientsMatchFiniteDifferences) {
         }
     return weighted_sum(hg, gru_sequential(ha, hu, hh0));
   };
-  EXPECT_LE(gradient_error(dx, central_differences(hx.data(), hx.span(), loss)), 1e-6);
-  EXPECT_LE(gradient_error(dW, central_differences(hW.data(), hW.span(), loss)), 1e-6);
-  EXPECT_LE(gradient_error(dbias, central_differences(hbias.data(), hbias.span(), loss)), 1e-6);
-  EXPECT_LE(gradient_error(da, central_differences(ha.data(), ha.span(), loss)), 1e-6);
-  EXPECT_LE(gradient_error(dh0, central_differences(hh0.data(), hh0.span(), loss)), 1e-6);
+  const std::vector<double> dx_numeric = central_differences(hx.data(), hx.span(), loss),
+                            dW_numeric = central_differences(hW.data(), hW.span(), loss),
+                            dbias_numeric = central_differences(hbias.data(), hbias.span(), loss),
+                            da_numeric = central_differences(ha.data(), ha.span(), loss),
+                            dh0_numeric = central_differences(hh0.data(), hh0.span(), loss);
+  for (const NewtonConfig& backward : backward_configs<Space>()) {
+    SCOPED_TRACE(describe(backward));
+    newton_backward(Space{}, cell, u, h, g, du, da, h0, dh0, backward);
+    project_inputs_backward(Space{}, x, W, du, dW, dbias, dx);
+    EXPECT_LE(gradient_error(dx, dx_numeric), 1e-6);
+    EXPECT_LE(gradient_error(dW, dW_numeric), 1e-6);
+    EXPECT_LE(gradient_error(dbias, dbias_numeric), 1e-6);
+    EXPECT_LE(gradient_error(da, da_numeric), 1e-6);
+    EXPECT_LE(gradient_error(dh0, dh0_numeric), 1e-6);
+  }
 }
 
 TYPED_TEST(Newton, LstmGradientsMatchFiniteDifferences) {
@@ -385,7 +410,6 @@ TYPED_TEST(Newton, LstmGradientsMatchFiniteDifferences) {
   NewtonConfig config = with_mode(NewtonMode::newton);
   config.max_iters = 10;
   newton_solve(Space{}, problem.cell(), problem.u, h, config, h0);
-  newton_backward(Space{}, problem.cell(), problem.u, h, g, du, dparams, h0, dh0);
 
   Host3 hu = as_double3(problem.u), hg = as_double3(g);
   Host2 ha = as_double2(problem.a), hp = as_double2(problem.p), hh0 = as_double2(h0);
@@ -393,9 +417,15 @@ TYPED_TEST(Newton, LstmGradientsMatchFiniteDifferences) {
   std::vector<double> dparams_numeric = central_differences(ha.data(), ha.span(), loss);
   const std::vector<double> dp_numeric = central_differences(hp.data(), hp.span(), loss);
   dparams_numeric.insert(dparams_numeric.end(), dp_numeric.begin(), dp_numeric.end()); // slots: a rows, then p rows
-  EXPECT_LE(gradient_error(du, central_differences(hu.data(), hu.span(), loss)), 1e-6);
-  EXPECT_LE(gradient_error(dparams, dparams_numeric), 1e-6);
-  EXPECT_LE(gradient_error(dh0, central_differences(hh0.data(), hh0.span(), loss)), 1e-6);
+  const std::vector<double> du_numeric = central_differences(hu.data(), hu.span(), loss),
+                            dh0_numeric = central_differences(hh0.data(), hh0.span(), loss);
+  for (const NewtonConfig& backward : backward_configs<Space>()) {
+    SCOPED_TRACE(describe(backward));
+    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, dparams, h0, dh0, backward);
+    EXPECT_LE(gradient_error(du, du_numeric), 1e-6);
+    EXPECT_LE(gradient_error(dparams, dparams_numeric), 1e-6);
+    EXPECT_LE(gradient_error(dh0, dh0_numeric), 1e-6);
+  }
 }
 
 // Reverse mode through the float64 GRU loop, written out step by step.
@@ -445,8 +475,9 @@ TYPED_TEST(Newton, GruGradientsMatchReverseModeOnLargerProblems) {
   fill_uniform(g, -1, 1, 62);
   const GruReverse reference = gru_reverse_mode(as_double2(problem.a), as_double3(problem.u), as_double3(g));
   newton_solve(Space{}, problem.cell(), problem.u, h, with_mode(NewtonMode::newton));
-  for (const ScanConfig& scan : {ScanConfig{}, sequential_scan_config, ScanConfig{1, 7, 5}}) {
-    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, scan);
+  for (const NewtonConfig& backward : backward_configs<Space>()) {
+    SCOPED_TRACE(describe(backward));
+    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, backward);
     EXPECT_LE(max_relative_error(du, reference.du), 1e-10);
     EXPECT_LE(max_relative_error(da, reference.da), 1e-10);
     EXPECT_LE(max_relative_error(dh0, reference.dh0), 1e-10);

@@ -45,10 +45,14 @@ def test_kokkos_starts_and_finalises_in_a_fresh_process(device):
 
 def test_torch_compile_disable_is_respected(device):
     assert "compiled graphs: 1" in run(COMPILE_DISABLED, device, "fullgraph").stdout
-    # Disabled: a fullgraph compile fails loudly instead of running eagerly ...
+    # Disabled, no graph reaches the backend. A fullgraph compile then fails loudly on torch >= 2.14
+    # ("Dynamo tracing is disabled") and runs eagerly before (2.11 on the H200 machine); either
+    # way the script's eager comparison holds whenever it runs.
     strict = run(COMPILE_DISABLED, device, "fullgraph", TORCH_COMPILE_DISABLE="1")
-    assert strict.returncode != 0 and "Dynamo tracing is disabled" in strict.stderr
-    # ... and a plain compile runs eagerly: no graph reaches the backend.
+    if strict.returncode != 0:
+        assert "Dynamo tracing is disabled" in strict.stderr, strict.stderr
+    else:
+        assert "compiled graphs: 0" in strict.stdout
     lenient = run(COMPILE_DISABLED, device, "plain", TORCH_COMPILE_DISABLE="1")
     assert lenient.returncode == 0, lenient.stderr
     assert "compiled graphs: 0" in lenient.stdout

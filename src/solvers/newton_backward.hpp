@@ -1,31 +1,39 @@
 #pragma once
 // The backward pass of newton_solve: gradients of a loss L through the converged trajectory.
 //
-//   newton_backward(space, cell, u, h, g, du, dparams [, h0 [, dh0 [, scan_config]]])
+//   newton_backward(space, cell, u, h, g, du, dparams [, h0 [, dh0 [, config]]])
 //
 //   u, h, h0: the forward's inputs and result;  g = dL/dh: [B, T, N]
 //   du:      [B, T, cell.input_size()]   dL/du (written)
 //   dparams: [cell.param_count()]        dL/d(recurrent parameters), in the cell's slot order (written)
 //   dh0:     [B, N] dL/dh0, or NoGradient{} to skip it
+//   config:  the forward's NewtonConfig: its mode picks how the adjoint runs (below)
 //
 // Method (no differentiation through the Newton iterations): with A_t = df/dh(h_{t-1}, u_t) at the
-// converged h, the adjoint mu_t = g_t + A_{t+1}^T mu_{t+1}, mu_{T-1} = g_{T-1}, is one reverse
-// ordered scan whose operands recompute A_{t+1} from (h_t, u_{t+1}); no Jacobian is saved. Then one
-// kernel evaluates the cell's vector-Jacobian products at every (b, t, group):
-// dL/du_t = (df/du)^T mu_t, the parameter contributions (df/dtheta)^T mu_t summed over its own run of
-// t, and dL/dh0 = A_0^T mu_0. The per-run parameter sums are added in a fixed order (no atomics):
-// the gradients are bitwise reproducible.
+// converged h, the adjoint mu_t = g_t + A_{t+1}^T mu_{t+1}, mu_{T-1} = g_{T-1}, is a linear recurrence
+// run backwards in time, and dL/du_t = (df/du)^T mu_t, dL/dtheta = sum over t of (df/dtheta)^T mu_t,
+// dL/dh0 = A_0^T mu_0. No Jacobian is saved; every one is recomputed from (h, u). The mode of the
+// config (newton.hpp's rule for automatic) picks the kernels:
+//   fused, sequential  one kernel (newton_fused_adjoint.hpp) walks the windows from the last to the
+//                      first and evaluates the cell's vector-Jacobian products as the adjoint
+//                      passes, so mu is never stored (sequential: one thread per group and window)
+//   newton             one reverse ordered scan (config.scan) stores mu, then one kernel evaluates
+//                      the vector-Jacobian products at every (b, t, group)
+// Parameter sums are per thread (fused) or per run of t (newton) and are added in a fixed order, with
+// no atomics: the gradients are bitwise reproducible.
 //
 // Memory. Saved between forward and backward: u and h (and h0), nothing else. Peak extra memory of
-// the backward: mu, B*T*N values of h's type; the parameter partial sums, runs * param_count values
-// of Acc (runs <= B * 64); and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d)
-// values of Acc for its G time chunks (0 when G = 1).
+// the backward: fused, B * P * param_count values of Acc (the per-thread parameter sums, P <= 16
+// threads per group); newton, mu (B*T*N values of h's type), runs * param_count values of Acc
+// (runs <= B * 64) and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d) values of
+// Acc for its G time chunks (0 when G = 1).
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/solvers/cell.hpp>
 #include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_fused_adjoint.hpp>
 #include <paraseq/solvers/newton_kernels.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -123,7 +131,7 @@ template <class Acc = void, class ExecSpace, class Cell, class UView, class HVie
           class DParamView, class H0View = ZeroInitialState, class DH0View = NoGradient>
 void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
                      const DUView& du, const DParamView& dparams, const H0View& h0 = {}, const DH0View& dh0 = {},
-                     const ScanConfig& scan_config = {}) {
+                     const NewtonConfig& config = {}) {
   constexpr const char* fn = "paraseq::newton_backward";
   using acc_t = detail::accumulation_t<Acc, UView>;
   using memory_space = typename ExecSpace::memory_space;
@@ -146,26 +154,48 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
     detail::require_extents(fn, "dh0", dh0, {B, N}, "[B, cell.state_size()]");
   }
 
+  detail::check_newton_config(config);
+
   using structure = typename Cell::structure;
   const int d = group_size<structure>(int(N));
   const ScanShape shape{int(B), int(T), group_count<structure>(int(N)), d};
-  using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
-  const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
   const detail::StoredIterate<HView, H0View> trajectory{h, h0, d};
-  using adjoint_t = detail::AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
-  ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d}, scan_config);
-
-  // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
-  const long threads = std::max<long>(1, B * shape.groups);
-  const int runs = int(std::clamp<long>(detail::ceil_div(space.concurrency(), threads), 1,
-                                        std::min<long>(64, std::max<long>(1, T / 64))));
-  const int run_length = int(detail::ceil_div(std::max<long>(1, T), runs));
   using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
-  const partial_view partial(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
-  using local_t = detail::LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
-  Kokkos::parallel_for("paraseq::newton_local_gradients",
-                       Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
-                       local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
+  if constexpr (!std::is_same_v<DH0View, NoGradient>)
+    if (T == 0) Kokkos::deep_copy(space, dh0, 0); // h depends on no h0
+
+  partial_view partial;
+  const NewtonMode mode = detail::choose_newton_mode<Cell, acc_t>(space, config, shape);
+  if (mode != NewtonMode::newton) {
+    detail::FusedPlan plan = detail::plan_fused<Cell, acc_t>(space, shape, config);
+    if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
+    const int tiles = int(detail::ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
+    auto functor_for = [&](const detail::FusedPlan& chosen, const partial_view& sums) {
+      return detail::FusedAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>{
+          cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
+    };
+    plan = detail::fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
+    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
+                           cell.param_count());
+    if (B * T * shape.groups > 0)
+      detail::launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
+  } else {
+    using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
+    const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
+    using adjoint_t = detail::AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
+    ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d}, config.scan);
+
+    // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
+    const long threads = std::max<long>(1, B * shape.groups);
+    const int runs = int(std::clamp<long>(detail::ceil_div(space.concurrency(), threads), 1,
+                                          std::min<long>(64, std::max<long>(1, T / 64))));
+    const int run_length = int(detail::ceil_div(std::max<long>(1, T), runs));
+    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
+    using local_t = detail::LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
+    Kokkos::parallel_for("paraseq::newton_local_gradients",
+                         Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
+                         local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
+  }
   Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, cell.param_count()),
                        detail::SumPartials<partial_view, DParamView>{partial, dparams});
 }

@@ -248,38 +248,52 @@ struct FusedNewton {
   }
 };
 
+// The team scratch a fused kernel (this forward, or the adjoint of newton_fused_adjoint.hpp) asks for.
+template <class Acc, class ExecSpace, class Functor>
+auto fused_scratch(const Functor& functor) {
+  return Kokkos::PerTeam(Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count()));
+}
+
+// Fits a plan to the team size limit that a fused kernel's registers and scratch allow (`probe` is
+// the kernel built for the plan): a planned thread count above it shrinks; one the config asked
+// for is an error.
+template <class Acc, class ExecSpace, class Functor>
+FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, const NewtonConfig& config,
+                         const Functor& probe) {
+  const int team_max = Kokkos::TeamPolicy<ExecSpace>(space, league, 1)
+                           .set_scratch_size(0, fused_scratch<Acc, ExecSpace>(probe))
+                           .team_size_max(probe, Kokkos::ParallelForTag{});
+  if (plan.team_chunks * plan.lanes <= team_max) return plan;
+  if (config.fused_team_threads > 0 || config.fused_window > 0)
+    throw_invalid(newton_fn, config.fused_team_threads > 0 ? "config.fused_team_threads" : "config.fused_window",
+                  std::to_string(plan.team_chunks) + " threads per lane x " + std::to_string(plan.lanes) +
+                      " lanes (window of " + std::to_string(plan.window) + " steps)",
+                  "at most " + std::to_string(team_max) + " threads per team on this space with this scratch");
+  plan.team_chunks = std::max(1, team_max / plan.lanes);
+  plan.window = plan.team_chunks * plan.chunk_length;
+  return plan;
+}
+
+// Runs a fused kernel with one team per (batch element, tile) and the team its plan asks for.
+template <class Acc, class ExecSpace, class Functor>
+void launch_fused(const char* label, const ExecSpace& space, int league, const Functor& functor) {
+  Kokkos::TeamPolicy<ExecSpace> policy(space, league, functor.plan.team_chunks * functor.plan.lanes);
+  policy.set_scratch_size(0, fused_scratch<Acc, ExecSpace>(functor));
+  Kokkos::parallel_for(label, policy, functor);
+}
+
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
 void fused_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                   const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
-  const int tiles = int(ceil_div(shape.groups, plan.lanes));
-  using functor_t = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>;
+  const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
   auto functor_for = [&](const FusedPlan& chosen) {
-    return functor_t{cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles};
+    return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>{
+        cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles};
   };
-  auto scratch_for = [](const functor_t& functor) {
-    return Kokkos::PerTeam(functor_t::scratch_view::shmem_size(functor.scratch_count()));
-  };
-  // The team size limit with this scratch and this kernel's registers, asked before a policy of
-  // the planned size exists. A planned thread count above it shrinks; an asked one is an error.
-  const int team_max = Kokkos::TeamPolicy<ExecSpace>(space, shape.batch * tiles, 1)
-                           .set_scratch_size(0, scratch_for(functor_for(plan)))
-                           .team_size_max(functor_for(plan), Kokkos::ParallelForTag{});
-  if (plan.team_chunks * plan.lanes > team_max) {
-    if (config.fused_team_threads > 0 || config.fused_window > 0)
-      throw_invalid(newton_fn, config.fused_team_threads > 0 ? "config.fused_team_threads" : "config.fused_window",
-                    std::to_string(plan.team_chunks) + " threads per lane x " + std::to_string(plan.lanes) +
-                        " lanes (window of " + std::to_string(plan.window) + " steps)",
-                    "at most " + std::to_string(team_max) + " threads per team on this space with this scratch");
-    plan.team_chunks = std::max(1, team_max / plan.lanes);
-    plan.window = plan.team_chunks * plan.chunk_length;
-  }
-  const functor_t functor = functor_for(plan);
-  const int team_size = plan.team_chunks * plan.lanes;
-  Kokkos::TeamPolicy<ExecSpace> policy(space, shape.batch * tiles, team_size);
-  policy.set_scratch_size(0, scratch_for(functor));
-  Kokkos::parallel_for("paraseq::newton_fused", policy, functor);
+  plan = fit_fused_plan<Acc>(space, plan, league, config, functor_for(plan));
+  launch_fused<Acc>("paraseq::newton_fused", space, league, functor_for(plan));
 }
 
 } // namespace paraseq::detail

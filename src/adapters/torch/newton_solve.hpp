@@ -34,7 +34,7 @@ void newton_forward(const char* op, const NewtonTensors& tensors, const NewtonCo
 }
 
 template <class MakeCell, class T>
-void newton_gradients(const char* op, const NewtonTensors& tensors, const NewtonConfig&) {
+void newton_gradients(const char* op, const NewtonTensors& tensors, const NewtonConfig& config) {
   with_space(op, tensors.u, [&](const auto& space) {
     using Space = std::decay_t<decltype(space)>;
     const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
@@ -47,8 +47,8 @@ void newton_gradients(const char* op, const NewtonTensors& tensors, const Newton
     translate_errors([&] {
       if (tensors.h0.defined())
         newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, as_view<const T, 2, Space>(tensors.h0),
-                        dh0_view);
-      else newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view);
+                        dh0_view, config);
+      else newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view, config);
     });
   });
 }

@@ -1,0 +1,162 @@
+#pragma once
+// The fused adjoint of newton_backward.hpp: one kernel computes dL/du, the parameter sums and dL/dh0
+// at the converged trajectory, reading u, h and g once and writing du once (no adjoint buffer).
+//
+// With nu_t = J_t^T mu_t, J_t = df/dh(h_{t-1}, u_t), the adjoint mu_t = g_t + J_{t+1}^T mu_{t+1} reads
+//     mu_t = g_t + nu_{t+1},   nu_t = J_t^T (g_t + nu_{t+1}),   nu_T = 0,
+// and dL/dh0 = nu_0: an affine recurrence run backwards in time. Teams are laid out as in the
+// forward (newton_fused.hpp): a [P][lanes] grid of threads over the windows of one batch element
+// and a tile of groups, each thread holding L steps of one group in registers. The windows run from
+// the last to the first; per window:
+//   compose  each thread composes the maps nu_{t+1} -> nu_t of its steps (latest first) into one
+//            map, published in team scratch;
+//   re-run   each thread applies the maps of the threads after it to the nu entering the window
+//            (the carry from the later window) and walks its steps backwards: the cell's
+//            vector-Jacobian product at mu_t gives dL/du_t, the parameter terms and nu_t at once.
+// Each thread sums its parameter terms over all its steps; newton_backward adds the per-thread sums
+// in a fixed order.
+
+#include <paraseq/core/errors.hpp>
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/solvers/cell.hpp>
+#include <paraseq/solvers/newton_config.hpp>
+#include <paraseq/solvers/newton_fused.hpp>
+#include <paraseq/solvers/newton_kernels.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <type_traits>
+
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define PARASEQ_UNROLL _Pragma("unroll")
+#else
+#define PARASEQ_UNROLL
+#endif
+
+namespace paraseq::detail {
+
+// The step nu_{t+1} -> J_t^T (g_t + nu_{t+1}) for the map-composition helpers of the ordered scan.
+template <class Acc, int D>
+struct AdjointStep {
+  const Acc* J;
+  const Acc* g;
+  int d;
+  KOKKOS_INLINE_FUNCTION void linear(int, int, int, const Acc* x, Acc* y) const { small_matvec(d, J, x, y, true); }
+  KOKKOS_INLINE_FUNCTION void affine(int, int, int, const Acc* x, Acc* y) const {
+    Acc shifted[D];
+    for (int i = 0; i < d; ++i) shifted[i] = x[i] + g[i];
+    small_matvec(d, J, shifted, y, true);
+  }
+};
+
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
+          class PartialView, class DH0View>
+struct FusedAdjoint {
+  static constexpr int D = cell_group_bound<Cell>;
+  static constexpr int Inputs = Cell::max_inputs_per_group;
+  static constexpr int Params = Cell::max_params_per_group;
+  static constexpr int MapSize = map_size<D>;
+  static constexpr int Capacity = fused_chunk_capacity<Cell, ExecSpace>;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+  Cell cell;
+  UView u;
+  StoredIterate<HView, H0View> trajectory;
+  GView g_in;
+  DUView du;
+  PartialView partial; // [B * P, cell.param_count()]: thread p's sums in row b * P + p
+  DH0View dh0;
+  FusedPlan plan;
+  ScanShape shape;
+  int tiles;
+
+  // A map per thread and the carry per lane: [P][lanes][MapSize] + [lanes][D].
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
+    return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * MapSize + D);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const int d = Cell::structure::fixed_group_size > 0 ? Cell::structure::fixed_group_size : shape.group_size;
+    const int lanes = plan.lanes, L = plan.chunk_length, P = plan.team_chunks;
+    const int lane = team.team_rank() % lanes, p = team.team_rank() / lanes;
+    const int b = team.league_rank() / tiles, g = (team.league_rank() % tiles) * lanes + lane;
+    const bool live = g < shape.groups; // threads past the last group still meet every barrier
+    scratch_view scratch(team.team_scratch(0), scratch_count());
+    Acc* const maps = scratch.data();
+    Acc* const carry = maps + std::size_t(P) * lanes * MapSize + lane * D;
+    auto map_of = [&](int q) { return maps + (std::size_t(q) * lanes + lane) * MapSize; };
+
+    // This thread's chunk: inputs, the state before each step and dL/dh of each step.
+    Acc in[Capacity][Inputs], before[Capacity][D], grad[Capacity][D];
+    Acc sums[Params] = {};
+
+    if (live && p == 0)
+      for (int i = 0; i < d; ++i) carry[i] = Acc(0); // nu_T
+    const int windows = int(ceil_div(shape.steps, plan.window));
+    for (int w = windows - 1; w >= 0; --w) {
+      const int start = w * plan.window, length = Kokkos::min(plan.window, shape.steps - start);
+      const int active = int(ceil_div(length, L));
+      const int first = start + p * L, count = Kokkos::max(0, Kokkos::min(L, length - p * L));
+      const bool working = live && count > 0;
+      if (working) {
+        PARASEQ_UNROLL
+        for (int s = 0; s < Capacity; ++s) {
+          if (s >= count) continue; // unrolled: a guard, not a loop exit
+          gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
+          trajectory.template load<Acc>(cell, u, b, first + s - 1, g, before[s]);
+          for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
+        }
+      }
+      // Compose, latest step first. The first thread's map is never used.
+      if (working && p > 0) {
+        Acc map[MapSize];
+        map_identity<Acc, D>(d, map);
+        PARASEQ_UNROLL
+        for (int s = Capacity - 1; s >= 0; --s) {
+          if (s >= count) continue;
+          Acc f[D], J[D * D];
+          cell.linearize(g, before[s], in[s], f, J);
+          map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
+        }
+        for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
+      }
+      team.team_barrier();
+      // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
+      Acc nu[D];
+      if (working) {
+        Acc next[D];
+        for (int i = 0; i < d; ++i) nu[i] = carry[i];
+        for (int q = active - 1; q > p; --q) {
+          map_apply<Acc, D>(d, map_of(q), nu, next);
+          for (int i = 0; i < d; ++i) nu[i] = next[i];
+        }
+        PARASEQ_UNROLL
+        for (int s = Capacity - 1; s >= 0; --s) {
+          if (s >= count) continue;
+          Acc mu[D], du_step[Inputs], dp[Params];
+          for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
+          cell.vjp(g, before[s], in[s], mu, nu, du_step, dp);
+          for (int k = 0; k < cell.inputs_per_group(); ++k)
+            du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
+          for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
+        }
+      }
+      // Everyone has read the carry and the maps before the first thread hands its nu on.
+      team.team_barrier();
+      if (working && p == 0) {
+        for (int i = 0; i < d; ++i) carry[i] = nu[i];
+        if constexpr (!std::is_same_v<DH0View, NoGradient>)
+          if (start == 0)
+            for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
+      }
+    }
+    if (live)
+      for (int k = 0; k < cell.params_per_group(); ++k) partial(std::size_t(b) * P + p, cell.param_index(g, k)) = sums[k];
+  }
+};
+
+} // namespace paraseq::detail
+
+#undef PARASEQ_UNROLL

@@ -70,7 +70,8 @@ void gru_forward_backward(benchmark::State& state) {
   paraseq::bench::time_fenced(state, (16 + 32) * elements, (forward_flops_per_element + backward_flops_per_element) * elements,
                               [&](const Space& space) {
                                 paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
-                                paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da);
+                                paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da,
+                                                         paraseq::ZeroInitialState{}, paraseq::NoGradient{}, config);
                               });
 }
 

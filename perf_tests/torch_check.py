@@ -38,6 +38,27 @@ def median_call_microseconds(fn, device, calls=200, repeats=7):
     return sorted(samples)[len(samples) // 2]
 
 
+def runtime_calls_per_call(fn, device, calls=20):
+    """What one call does on the host side besides Python: CUDA runtime calls and kernels per call
+    (torch.profiler), so that an overhead above a plain op's can be attributed."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    fn()
+    with torch.profiler.profile(activities=activities) as profile:
+        for _ in range(calls):
+            fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    counts = {}
+    for event in profile.events():
+        name = event.name
+        if name.startswith("cuda") or name.startswith("cu") or event.device_type == torch.autograd.DeviceType.CUDA:
+            key = name if name.startswith("cu") else "kernel: " + name[:80]
+            counts[key] = counts.get(key, 0) + 1
+    return {name: count / calls for name, count in sorted(counts.items()) if not name.startswith("cudaDeviceSynchronize")}
+
+
 def graph_breaks(fn, *args):
     torch._dynamo.reset()
     return torch._dynamo.explain(fn)(*args).graph_break_count
@@ -86,6 +107,11 @@ def main():
         "torch.ops.paraseq.linear_scan": median_call_microseconds(
             lambda: torch.ops.paraseq.linear_scan(A_small, b_small, None, "diag", False), device),
         "torch.add": median_call_microseconds(lambda: torch.add(A_small, b_small), device),
+    }
+    report["runtime_calls_per_call"] = {
+        "torch.ops.paraseq.linear_scan": runtime_calls_per_call(
+            lambda: torch.ops.paraseq.linear_scan(A_small, b_small, None, "diag", False), device),
+        "torch.add": runtime_calls_per_call(lambda: torch.add(A_small, b_small), device),
     }
     print(json.dumps(report, indent=1))
     if args.out:

@@ -105,7 +105,11 @@ struct FusedAdjoint {
         for (int s = 0; s < Capacity; ++s) {
           if (s >= count) continue; // unrolled: a guard, not a loop exit
           gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
-          trajectory.template load<Acc>(cell, u, b, first + s - 1, g, before[s]);
+          // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
+          const int t = first + s;
+          if (t == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
+          else
+            for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, t - 1, g * d + i));
           for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
         }
       }

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Draws the PNG plots of docs/performance.md from benchmark reports (run_benchmarks.py JSON).
 
-    plots.py --out docs/img LABEL=REPORT.json [LABEL=REPORT.json ...]
+    plots.py --out docs/img [--compare LABEL=COMPARE.json] LABEL=REPORT.json [LABEL=REPORT.json ...]
 
 One figure per question, with one line per report (machine):
   scan_bandwidth.png   diagonal scan: % of the run's copy bandwidth against B*N (fixed B*N*T)
   newton_modes.png     ParaGRU forward time per mode and shape
   rk_time.png          RK4 / DP5 time against the number of trajectories N
+  speedups.png         compare.py: each implementation's time per workload, and its ratio to paraseq's
 """
 
 import argparse
@@ -90,15 +91,49 @@ def rk_time(reports, out):
     save(fig, ax, out, "rk_time.png", fontsize=8)
 
 
+def speedups(comparisons, out):
+    """One panel per compare.py report: a bar per (workload, implementation), log time, labelled with
+    the ratio to the fastest paraseq implementation of the same workload and shape."""
+    for label, path in comparisons:
+        with open(path) as f:
+            rows = [r for r in json.load(f)["results"] if r.get("ms")]
+        groups = {}
+        for r in rows:
+            shape = ",".join(f"{k}={r[k]}" for k in ("B", "T", "H", "N", "steps") if k in r)
+            groups.setdefault((r["workload"], shape), []).append(r)
+        bars, names, colors = [], [], []
+        for (workload, shape), members in groups.items():
+            best = min((m["ms"] for m in members if m["implementation"].startswith("paraseq")), default=None)
+            for m in sorted(members, key=lambda m: m["ms"]):
+                ratio = f"  ({m['ms'] / best:.2g}x)" if best and not m["implementation"].startswith("paraseq") else ""
+                names.append(f"{workload} {shape}: {m['implementation']}{ratio}")
+                bars.append(m["ms"])
+                colors.append("tab:blue" if m["implementation"].startswith("paraseq") else "tab:gray")
+        if not bars:
+            continue
+        fig, ax = plt.subplots(figsize=(9, 0.22 * len(bars) + 1))
+        ax.barh(range(len(bars)), bars, color=colors)
+        ax.set_yticks(range(len(bars)), names, fontsize=6)
+        ax.invert_yaxis()
+        ax.set(xscale="log", xlabel="ms per call (blue: paraseq; in brackets: times paraseq's best)",
+               title=f"paraseq against what users run instead ({label}, one run)")
+        ax.grid(alpha=0.3, axis="x")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "speedups.png"), dpi=120)
+        plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="docs/img")
-    parser.add_argument("reports", nargs="+", help="LABEL=REPORT.json")
+    parser.add_argument("--compare", action="append", default=[], help="LABEL=COMPARE.json (perf_tests/compare.py)")
+    parser.add_argument("reports", nargs="*", help="LABEL=REPORT.json")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     reports = load(args.reports)
     for draw in (scan_bandwidth, newton_modes, rk_time):
         draw(reports, args.out)
+    speedups([pair.split("=", 1) for pair in args.compare], args.out)
 
 
 if __name__ == "__main__":

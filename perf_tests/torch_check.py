@@ -108,10 +108,19 @@ def main():
             lambda: torch.ops.paraseq.linear_scan(A_small, b_small, None, "diag", False), device),
         "torch.add": median_call_microseconds(lambda: torch.add(A_small, b_small), device),
     }
+    # An integration whose arithmetic is negligible (8 RK4 steps of 2^16 oscillators): its time is
+    # the operator's fixed cost.
+    N = 1 << 16
+    oscillators = paraseq.fields.DampedOscillator(torch.rand(N, device=device) + 0.5, torch.rand(N, device=device) * 0.1)
+    y0 = torch.randn(N, 2, device=device)
+    ends = torch.tensor([0.0, 0.08], device=device)
+    integrate = lambda: paraseq.odeint(oscillators, y0, ends, method="rk4", step_size=0.01)
+    report["overhead_us"]["paraseq.odeint rk4, 2^16 x 8 steps"] = median_call_microseconds(integrate, device, calls=20)
     report["runtime_calls_per_call"] = {
         "torch.ops.paraseq.linear_scan": runtime_calls_per_call(
             lambda: torch.ops.paraseq.linear_scan(A_small, b_small, None, "diag", False), device),
         "torch.add": runtime_calls_per_call(lambda: torch.add(A_small, b_small), device),
+        "paraseq.odeint rk4, 2^16 x 8 steps": runtime_calls_per_call(integrate, device, calls=5),
     }
     print(json.dumps(report, indent=1))
     if args.out:

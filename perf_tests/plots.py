@@ -4,7 +4,7 @@
     plots.py --out docs/img [--compare LABEL=COMPARE.json] LABEL=REPORT.json [LABEL=REPORT.json ...]
 
 One figure per question, with one line per report (machine):
-  scan_bandwidth.png   diagonal scan: % of the run's copy bandwidth against B*N (fixed B*N*T)
+  scan_bandwidth.png   diagonal scan: % of the run's copy bandwidth against B*N (fixed B*N*T per report)
   newton_modes.png     ParaGRU forward time per mode and shape
   rk_time.png          RK4 / DP5 time against the number of trajectories N
   speedups.png         compare.py: each implementation's time per workload, and its ratio to paraseq's
@@ -45,36 +45,46 @@ def save(fig, ax, out, name, **legend):
 
 
 def scan_bandwidth(reports, out):
+    """Each report at its largest B*N*T (2^26 in the full suite, 2^22 in the quick one)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, results in reports:
+        scans = matching(results, "scan_diagonal_forward")
+        if not scans:
+            continue
+        total = max(r["shape"]["log2BN"] + r["shape"]["log2T"] for r in scans)
         for sequential, style in ((0, "-o"), (1, "--x")):
             rows = sorted((r["shape"]["log2BN"], r["pct_copy_bandwidth"])
-                          for r in matching(results, "scan_diagonal_forward", sequential=sequential)
-                          if r["shape"]["log2BN"] + r["shape"]["log2T"] == 26 and r["pct_copy_bandwidth"])
+                          for r in scans if r["shape"]["sequential"] == sequential
+                          and r["shape"]["log2BN"] + r["shape"]["log2T"] == total and r["pct_copy_bandwidth"])
             if rows:
-                ax.plot(*zip(*rows), style, label=f"{label}, {'sequential loop' if sequential else 'automatic plan'}")
-    ax.set(xlabel="log2(B·N) at B·N·T = 2^26, fp32", ylabel="% of copy bandwidth (same run)",
+                ax.plot(*zip(*rows), style,
+                        label=f"{label}, 2^{total}, {'sequential loop' if sequential else 'automatic plan'}")
+    ax.set(xlabel="log2(B·N) at fixed B·N·T, fp32", ylabel="% of copy bandwidth (same run)",
            title="Diagonal linear scan")
     ax.grid(alpha=0.3)
-    save(fig, ax, out, "scan_bandwidth.png", fontsize=8)
+    save(fig, ax, out, "scan_bandwidth.png", fontsize=7)
 
 
 def newton_modes(reports, out):
+    """A bar per (report, mode) that has data, grouped by shape."""
     modes = {0: "automatic", 1: "newton", 2: "fused", 3: "sequential"}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / max(1, len(reports) * len(modes))
-    shapes = []
-    for index, (label, results) in enumerate(reports):
+    key = lambda r: (r["shape"]["B"], r["shape"]["T"], r["shape"]["H"])
+    series, shapes = [], set()
+    for label, results in reports:
         rows = matching(results, "gru_forward")
-        shapes = sorted({(r["shape"]["B"], r["shape"]["T"], r["shape"]["H"]) for r in rows}) or shapes
         for m, mode in modes.items():
-            times = [next((r["seconds"] * 1e3 for r in rows if (r["shape"]["B"], r["shape"]["T"], r["shape"]["H"]) == s
-                           and r["shape"]["mode"] == m), 0) for s in shapes]
-            offset = (index * len(modes) + m) * width
-            ax.bar([i + offset for i in range(len(shapes))], times, width, label=f"{label} {mode}")
-    ax.set_xticks([i + 0.4 for i in range(len(shapes))], [f"{b}×{t}×{h}" for b, t, h in shapes], fontsize=8)
+            times = {key(r): r["seconds"] * 1e3 for r in rows if r["shape"]["mode"] == m}
+            if times:
+                series.append((f"{label} {mode}", times))
+                shapes |= set(times)
+    shapes = sorted(shapes)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(series))
+    for index, (name, times) in enumerate(series):
+        ax.bar([i + index * width for i in range(len(shapes))], [times.get(s, 0) for s in shapes], width, label=name)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], [f"{b}×{t}×{h}" for b, t, h in shapes], fontsize=8)
     ax.set(yscale="log", ylabel="ms", xlabel="(B, T, H)", title="ParaGRU forward, K = 3, fp32")
-    save(fig, ax, out, "newton_modes.png", fontsize=7, ncol=2)
+    save(fig, ax, out, "newton_modes.png", fontsize=7)
 
 
 def rk_time(reports, out):

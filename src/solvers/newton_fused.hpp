@@ -27,7 +27,8 @@
 #include <cstddef>
 #include <string>
 
-// The per-thread arrays stay in registers only if every loop over them is unrolled.
+// The per-thread arrays stay in registers only if every loop over them is unrolled (used by the
+// fused adjoint too).
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define PARASEQ_UNROLL _Pragma("unroll")
 #else
@@ -54,6 +55,13 @@ inline constexpr int fused_chunk_capacity = [] {
     return 8;
 }();
 
+// The group size as the fused kernels use it: the structure's compile-time size where it fixes one,
+// so that loops over a group's values unroll and its arrays stay in registers.
+template <class Cell>
+KOKKOS_INLINE_FUNCTION int fused_group_size(const ScanShape& shape) {
+  return Cell::structure::fixed_group_size > 0 ? Cell::structure::fixed_group_size : shape.group_size;
+}
+
 struct FusedPlan {
   int lanes = 1;        // groups per team
   int team_chunks = 1;  // P: threads per lane
@@ -72,7 +80,7 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // Hosts: one thread per window, the longest chunk it holds. Devices: a warp of lanes per chunk for
 // grouped cells, L = the capacity, and P threads per lane so that the teams hold about a quarter
 // of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window and
-// config.fused_team_threads override either (fused_newton checks the team size against the space).
+// config.fused_team_threads override either (fit_fused_plan checks the team size against the space).
 template <class Cell, class Acc, class ExecSpace>
 FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const NewtonConfig& config) {
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
@@ -133,8 +141,7 @@ struct FusedNewton {
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    // A compile-time group size where the structure fixes one: loops over d then unroll too.
-    const int d = Cell::structure::fixed_group_size > 0 ? Cell::structure::fixed_group_size : shape.group_size;
+    const int d = fused_group_size<Cell>(shape);
     const int lanes = plan.lanes, L = plan.chunk_length;
     const int lane = team.team_rank() % lanes, p = team.team_rank() / lanes;
     const int b = team.league_rank() / tiles, g = (team.league_rank() % tiles) * lanes + lane;
@@ -298,4 +305,3 @@ void fused_newton(const ExecSpace& space, const Cell& cell, const UView& u, cons
 
 } // namespace paraseq::detail
 
-#undef PARASEQ_UNROLL

@@ -28,12 +28,6 @@
 #include <cstddef>
 #include <type_traits>
 
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#define PARASEQ_UNROLL _Pragma("unroll")
-#else
-#define PARASEQ_UNROLL
-#endif
-
 namespace paraseq::detail {
 
 // The step nu_{t+1} -> J_t^T (g_t + nu_{t+1}) for the map-composition helpers of the ordered scan.
@@ -78,7 +72,7 @@ struct FusedAdjoint {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const int d = Cell::structure::fixed_group_size > 0 ? Cell::structure::fixed_group_size : shape.group_size;
+    const int d = fused_group_size<Cell>(shape);
     const int lanes = plan.lanes, L = plan.chunk_length, P = plan.team_chunks;
     const int lane = team.team_rank() % lanes, p = team.team_rank() / lanes;
     const int b = team.league_rank() / tiles, g = (team.league_rank() % tiles) * lanes + lane;
@@ -163,4 +157,3 @@ struct FusedAdjoint {
 
 } // namespace paraseq::detail
 
-#undef PARASEQ_UNROLL

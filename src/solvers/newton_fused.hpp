@@ -69,6 +69,31 @@ struct FusedPlan {
   int window = 1;       // W = P x L
 };
 
+// Where a thread of a fused team works (this forward and the adjoint of newton_fused_adjoint.hpp):
+// its lane (group of the tile) and chunk p, its batch element b and group g. Threads past the last
+// group are not live but still meet every barrier.
+struct FusedThread {
+  int lane, p, b, g;
+  bool live;
+};
+
+template <class Member>
+KOKKOS_INLINE_FUNCTION FusedThread fused_thread(const Member& team, const FusedPlan& plan, int tiles, int groups) {
+  const int lane = team.team_rank() % plan.lanes, g = (team.league_rank() % tiles) * plan.lanes + lane;
+  return {lane, team.team_rank() / plan.lanes, team.league_rank() / tiles, g, g < groups};
+}
+
+// Thread p's part of the window that begins at `start`: the threads with steps in the window, and
+// the thread's first step and number of steps (0 past the window's end).
+struct FusedChunk {
+  int active, first, count;
+};
+
+KOKKOS_INLINE_FUNCTION FusedChunk fused_chunk(const FusedPlan& plan, int steps, int start, int p) {
+  const int length = Kokkos::min(plan.window, steps - start), L = plan.chunk_length;
+  return {int(ceil_div(length, L)), start + p * L, Kokkos::max(0, Kokkos::min(L, length - p * L))};
+}
+
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
 // the carry per lane ([P][lanes][map + d] + [lanes][d]).
 template <class Cell>
@@ -142,10 +167,9 @@ struct FusedNewton {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const int d = fused_group_size<Cell>(shape);
-    const int lanes = plan.lanes, L = plan.chunk_length;
-    const int lane = team.team_rank() % lanes, p = team.team_rank() / lanes;
-    const int b = team.league_rank() / tiles, g = (team.league_rank() % tiles) * lanes + lane;
-    const bool live = g < shape.groups; // threads past the last group still meet every barrier
+    const int lanes = plan.lanes;
+    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
+    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     scratch_view scratch(team.team_scratch(0), scratch_count());
     Acc* const maps = scratch.data();                                          // [P][lanes][MapSize]
     Acc* const boundary = maps + std::size_t(plan.team_chunks) * lanes * MapSize; // [P][lanes][D]
@@ -164,12 +188,11 @@ struct FusedNewton {
       for (int i = 0; i < d; ++i) target[i] = last[i];
     };
 
-    if (live && p == 0) load_initial<Acc>(h0, b, g * d, d, carry);
+    if (me.live && p == 0) load_initial<Acc>(h0, b, g * d, d, carry);
     for (int start = 0; start < shape.steps; start += plan.window) {
-      const int length = Kokkos::min(plan.window, shape.steps - start);
-      const int active = int(ceil_div(length, L)); // threads with steps in this window
-      const int first = start + p * L, count = Kokkos::max(0, Kokkos::min(L, length - p * L));
-      const bool working = live && count > 0;
+      const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
+      const int active = chunk.active, first = chunk.first, count = chunk.count;
+      const bool working = me.live && count > 0;
       if (working) {
         PARASEQ_UNROLL
         for (int s = 0; s < Capacity; ++s) {

@@ -73,10 +73,9 @@ struct FusedAdjoint {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const int d = fused_group_size<Cell>(shape);
-    const int lanes = plan.lanes, L = plan.chunk_length, P = plan.team_chunks;
-    const int lane = team.team_rank() % lanes, p = team.team_rank() / lanes;
-    const int b = team.league_rank() / tiles, g = (team.league_rank() % tiles) * lanes + lane;
-    const bool live = g < shape.groups; // threads past the last group still meet every barrier
+    const int lanes = plan.lanes, P = plan.team_chunks;
+    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
+    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     scratch_view scratch(team.team_scratch(0), scratch_count());
     Acc* const maps = scratch.data();
     Acc* const carry = maps + std::size_t(P) * lanes * MapSize + lane * D;
@@ -86,14 +85,14 @@ struct FusedAdjoint {
     Acc in[Capacity][Inputs], before[Capacity][D], grad[Capacity][D];
     Acc sums[Params] = {};
 
-    if (live && p == 0)
+    if (me.live && p == 0)
       for (int i = 0; i < d; ++i) carry[i] = Acc(0); // nu_T
     const int windows = int(ceil_div(shape.steps, plan.window));
     for (int w = windows - 1; w >= 0; --w) {
-      const int start = w * plan.window, length = Kokkos::min(plan.window, shape.steps - start);
-      const int active = int(ceil_div(length, L));
-      const int first = start + p * L, count = Kokkos::max(0, Kokkos::min(L, length - p * L));
-      const bool working = live && count > 0;
+      const int start = w * plan.window;
+      const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
+      const int active = chunk.active, first = chunk.first, count = chunk.count;
+      const bool working = me.live && count > 0;
       if (working) {
         PARASEQ_UNROLL
         for (int s = 0; s < Capacity; ++s) {
@@ -150,7 +149,7 @@ struct FusedAdjoint {
             for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
       }
     }
-    if (live)
+    if (me.live)
       for (int k = 0; k < cell.params_per_group(); ++k) partial(std::size_t(b) * P + p, cell.param_index(g, k)) = sums[k];
   }
 };

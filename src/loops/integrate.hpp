@@ -39,9 +39,11 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace paraseq::ode {
@@ -148,19 +150,37 @@ KOKKOS_INLINE_FUNCTION bool row_is_finite(const V& v, long i) {
   return finite;
 }
 
-// Throws if a View (rank 1 to 3) holds a NaN or Inf, naming the first row that does.
-template <class Space, class V>
-void require_finite(const std::string& fn, const std::string& name, const Space& space, const V& v) {
-  if constexpr (is_given_v<V>) {
-    long first = LONG_MAX;
-    Kokkos::parallel_reduce(
-        "paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, long(v.extent(0))),
-        KOKKOS_LAMBDA(long i, long& lowest) {
-          if (!row_is_finite(v, i) && i < lowest) lowest = i;
-        },
-        Kokkos::Min<long>(first));
-    if (first != LONG_MAX) throw_invalid(fn, name, "a NaN or Inf in row " + std::to_string(first), "finite values");
-  }
+// lowest = i if row i of v exists and holds a NaN or Inf (and i is lower).
+template <class V>
+KOKKOS_INLINE_FUNCTION void note_nonfinite_row(const V& v, long i, long& lowest) {
+  if constexpr (is_given_v<V>)
+    if (i < long(v.extent(0)) && i < lowest && !row_is_finite(v, i)) lowest = i;
+}
+
+// Throws if one of up to three Views (rank 1 to 3, each optional) holds a NaN or Inf, naming the
+// first such View in argument order and its first such row. One reduction and one host read for all.
+template <class Space, class A, class B = NoView, class C = NoView>
+void require_finite(const std::string& fn, const Space& space, const char* const (&names)[3], const A& a,
+                    const B& b = {}, const C& c = {}) {
+  auto rows = [](const auto& v) {
+    if constexpr (is_given_v<std::decay_t<decltype(v)>>) return long(v.extent(0));
+    else return 0L;
+  };
+  const long count = std::max({rows(a), rows(b), rows(c)});
+  if (count == 0) return;
+  long first_a = LONG_MAX, first_b = LONG_MAX, first_c = LONG_MAX;
+  Kokkos::parallel_reduce(
+      "paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, count),
+      KOKKOS_LAMBDA(long i, long& lowest_a, long& lowest_b, long& lowest_c) {
+        note_nonfinite_row(a, i, lowest_a);
+        note_nonfinite_row(b, i, lowest_b);
+        note_nonfinite_row(c, i, lowest_c);
+      },
+      Kokkos::Min<long>(first_a), Kokkos::Min<long>(first_b), Kokkos::Min<long>(first_c));
+  const long first[3] = {first_a, first_b, first_c};
+  for (int k = 0; k < 3; ++k)
+    if (first[k] != LONG_MAX)
+      throw_invalid(fn, names[k], "a NaN or Inf in row " + std::to_string(first[k]), "finite values");
 }
 
 template <class Field>
@@ -181,23 +201,48 @@ inline void check_observation_times(const std::string& fn, const std::vector<dou
   }
 }
 
-template <class T, class Space>
-Kokkos::View<T*, typename Space::memory_space> to_device(const Space& space, const std::vector<T>& values,
-                                                         const std::string& label) {
-  Kokkos::View<T*, typename Space::memory_space> device(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label),
-                                                         values.size());
-  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> host(values.data(), values.size());
-  Kokkos::deep_copy(space, device, host);
-  space.fence(); // `values` is a temporary of the caller
-  return device;
-}
+// Host buffers that uploads read from, kept until the call's next fence (the status summary), so
+// that no upload waits for its copy to finish. Destroyed early (an exception), it fences first.
+template <class Space>
+class Staging {
+public:
+  explicit Staging(const Space& space) : space_(space) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    if (!held_.empty()) space_.fence();
+  }
+  // After a fence of the space: nothing is in flight any more.
+  void release() { held_.clear(); }
 
-// The mesh of fixed steps: the grid with the observation times inside its steps inserted.
+  // A device copy of `values`, uploaded on the space in one copy, without a fence.
+  template <class T>
+  Kokkos::View<T*, typename Space::memory_space> upload(std::vector<T> values, const std::string& label) {
+    auto host = std::make_shared<const std::vector<T>>(std::move(values));
+    Kokkos::View<T*, typename Space::memory_space> device(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, label),
+                                                          host->size());
+    if (!host->empty()) {
+      Kokkos::deep_copy(space_, device,
+                        Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host->data(), host->size()));
+      held_.push_back(host);
+    }
+    return device;
+  }
+
+private:
+  Space space_;
+  std::vector<std::shared_ptr<const void>> held_;
+};
+
+// The mesh of fixed steps: the grid with the observation times inside its steps inserted. Steps of
+// dt (count, until) with no observation inside a step give a uniform mesh, which stores nothing on
+// the device but the observations' mesh points.
 template <class T, class Space>
-FixedMesh<T, typename Space::memory_space> build_mesh(const std::string& fn, const Space& space,
+FixedMesh<T, typename Space::memory_space> build_mesh(const std::string& fn, Staging<Space>& staging,
                                                        const FixedSteps& steps) {
   std::vector<double> grid = steps.grid;
-  if (grid.empty()) {
+  const bool regular = grid.empty();
+  if (regular) {
     require(steps.steps >= 0, fn, "steps", "steps = " + std::to_string(steps.steps), "steps >= 0");
     require(std::isfinite(steps.t0), fn, "steps", "t0 " + value_text(steps.t0), "a finite t0");
     if (steps.steps > 0) {
@@ -223,38 +268,42 @@ FixedMesh<T, typename Space::memory_space> build_mesh(const std::string& fn, con
     return std::fabs(t - g) <= 8 * std::numeric_limits<double>::epsilon() * std::max(std::fabs(g), span);
   };
   std::vector<double> points;
-  std::vector<int> first_observation; // first_observation[m]: the first observation at point m
+  std::vector<int> observation_point(observations.size()); // the mesh point of each observation
   std::size_t j = 0;
   for (double g : grid) {
-    for (; j < observations.size() && observations[j] < g && !near_grid(observations[j], g); ++j)
-      if (observations[j] != points.back()) { // inside the step before g: a point of its own
-        points.push_back(observations[j]);
-        first_observation.push_back(int(j));
-      }
+    for (; j < observations.size() && observations[j] < g && !near_grid(observations[j], g); ++j) {
+      if (observations[j] != points.back()) points.push_back(observations[j]); // inside the step before g
+      observation_point[j] = int(points.size()) - 1;
+    }
     points.push_back(g);
-    first_observation.push_back(int(j));
-    for (; j < observations.size() && (observations[j] <= g || near_grid(observations[j], g)); ++j) {}
+    for (; j < observations.size() && (observations[j] <= g || near_grid(observations[j], g)); ++j)
+      observation_point[j] = int(points.size()) - 1;
   }
-  first_observation.push_back(int(observations.size()));
   const int count = int(points.size()) - 1;
-  std::vector<T> t(count), h(count), t_next(count);
-  for (int m = 0; m < count; ++m) {
-    t[m] = T(points[m]);
-    t_next[m] = T(points[m + 1]);
-    h[m] = t_next[m] - t[m]; // in T, so that t + h is t_next wherever the difference is exact
-  }
   FixedMesh<T, typename Space::memory_space> mesh;
-  mesh.t = to_device(space, t, "paraseq::ode::mesh_t");
-  mesh.h = to_device(space, h, "paraseq::ode::mesh_h");
-  mesh.t_next = to_device(space, t_next, "paraseq::ode::mesh_t_next");
-  mesh.first_observation = to_device(space, first_observation, "paraseq::ode::mesh_observations");
   mesh.steps = count;
-  mesh.t0 = T(points.front());
+  mesh.uniform = regular && points.size() == grid.size();
+  if (mesh.uniform) {
+    mesh.t0 = T(steps.t0), mesh.dt = T(steps.dt), mesh.t_end = T(grid.back());
+    // The last step from t0 + (steps - 1) dt to t_end, rounded once: a partial step lands on t_end.
+    mesh.h_last = count > 0 ? T(grid.back() - (steps.t0 + (count - 1) * steps.dt)) : T(0);
+  } else {
+    // points [count + 1] then lengths [count], in one upload; lengths in T, so that t + h is t_next
+    // wherever the difference is exact.
+    std::vector<T> values(2 * std::size_t(count) + 1);
+    for (int m = 0; m <= count; ++m) values[m] = T(points[m]);
+    for (int m = 0; m < count; ++m) values[count + 1 + m] = values[m + 1] - values[m];
+    const auto device = staging.upload(std::move(values), "paraseq::ode::mesh");
+    mesh.points = Kokkos::subview(device, std::make_pair(0, count + 1));
+    mesh.lengths = Kokkos::subview(device, std::make_pair(count + 1, 2 * count + 1));
+    mesh.t0 = T(points.front()), mesh.t_end = T(points.back());
+  }
+  if (!observation_point.empty()) mesh.observation_point = staging.upload(std::move(observation_point), "paraseq::ode::mesh_observations");
   return mesh;
 }
 
 template <class Method, class T, class Space>
-AdaptiveControl<T, typename Space::memory_space> build_control(const std::string& fn, const Space& space,
+AdaptiveControl<T, typename Space::memory_space> build_control(const std::string& fn, Staging<Space>& staging,
                                                                const AdaptiveSteps& steps, int n) {
   require(std::isfinite(steps.t0), fn, "steps", "t0 " + value_text(steps.t0), "a finite t0");
   require(std::isfinite(steps.t_end) && steps.t_end >= steps.t0, fn, "steps", "t_end " + value_text(steps.t_end),
@@ -297,10 +346,14 @@ AdaptiveControl<T, typename Space::memory_space> build_control(const std::string
   control.safety = T(pi.safety), control.min_factor = T(pi.min_factor), control.max_factor = T(pi.max_factor);
   control.beta1 = T(pi.beta1 / k), control.beta2 = T(pi.beta2 / k);
   control.reject_exponent = T(1 / k), control.first_step_exponent = T(1 / k);
-  control.rtol = to_device(space, rtol, "paraseq::ode::rtol");
-  control.atol = to_device(space, atol, "paraseq::ode::atol");
-  std::vector<T> times(steps.observation_times.begin(), steps.observation_times.end());
-  control.observation_times = to_device(space, times, "paraseq::ode::observation_times");
+  // rtol [n], atol [n] and the observation times [n_obs] in one upload.
+  std::vector<T> values(rtol);
+  values.insert(values.end(), atol.begin(), atol.end());
+  values.insert(values.end(), steps.observation_times.begin(), steps.observation_times.end());
+  const auto device = staging.upload(std::move(values), "paraseq::ode::control");
+  control.rtol = Kokkos::subview(device, std::make_pair(0, n));
+  control.atol = Kokkos::subview(device, std::make_pair(n, 2 * n));
+  control.observation_times = Kokkos::subview(device, std::make_pair(2 * n, int(device.extent(0))));
   return control;
 }
 
@@ -330,19 +383,20 @@ long count_running(const Space& space, const StatusView& status) {
   return running;
 }
 
-// Init, then the loop: one launch (fused) or one per step, calling the observer after each.
+// The loop: one launch that also sets up and reports (fused), or an init launch and one launch per
+// step (stepped), calling the observer after each.
 template <class Kernel, class Space, class Observer>
 void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode mode, int fixed_steps,
                  const Observer& observer) {
   constexpr bool adaptive = decltype(kernel.stepping)::adaptive;
-  Kokkos::parallel_for("paraseq::ode::init", trajectory_policy<false, Space, typename Kernel::InitTag>(space, begin, end),
-                       kernel);
   const int blocks = int(paraseq::detail::ceil_div(end - begin, Kernel::lanes));
   if (mode == LoopMode::fused) {
-    kernel.iterations = INT_MAX;
-    Kokkos::parallel_for("paraseq::ode::fused", trajectory_policy<adaptive>(space, 0, blocks), kernel);
+    Kokkos::parallel_for("paraseq::ode::fused",
+                         trajectory_policy<adaptive, Space, typename Kernel::FusedTag>(space, 0, blocks), kernel);
     return;
   }
+  Kokkos::parallel_for("paraseq::ode::init", trajectory_policy<false, Space, typename Kernel::InitTag>(space, begin, end),
+                       kernel);
   kernel.iterations = 1;
   for (int launch = 0; adaptive ? count_running(space, kernel.carry.status) > 0 : launch < fixed_steps; ++launch) {
     Kokkos::parallel_for("paraseq::ode::step", trajectory_policy<adaptive>(space, 0, blocks), kernel);
@@ -354,51 +408,75 @@ void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode
   }
 }
 
-// Fills the report's totals from its per-trajectory Views and throws if asked to.
+// The three per-trajectory Views of a report in one allocation.
+template <class Space>
+Report<typename Space::memory_space> allocate_report(const Space& space, long N) {
+  Kokkos::View<int*, typename Space::memory_space> block(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::report"), 3 * N);
+  return {Kokkos::subview(block, std::make_pair(0L, N)), Kokkos::subview(block, std::make_pair(N, 2 * N)),
+          Kokkos::subview(block, std::make_pair(2 * N, 3 * N))};
+}
+
+template <class Space>
+ReportRows report_rows(const Report<typename Space::memory_space>& report) {
+  return {report.status.data(), report.accepted.data(), report.rejected.data()};
+}
+
+// Fills the report's totals from its per-trajectory Views (one reduction, one host read, which is
+// the call's fence: the staged uploads are released after it) and throws if asked to.
 template <class Space, class Mem>
-void summarize(const std::string& fn, const Space& space, Report<Mem>& report, bool throw_on_failure) {
+void summarize(const std::string& fn, const Space& space, Report<Mem>& report, bool throw_on_failure,
+               Staging<Space>* staging = nullptr) {
   const long N = long(report.status.extent(0));
   auto status = report.status;
   auto accepted = report.accepted;
-  long failed = 0, first = LONG_MAX;
+  long failed = 0, first = LONG_MAX; // first: 8 i + status + 1 of the lowest failed trajectory i
   int most = 0;
   Kokkos::parallel_reduce(
       "paraseq::ode::summarize", Kokkos::RangePolicy<Space>(space, 0, N),
       KOKKOS_LAMBDA(long i, long& failures, long& lowest, int& highest) {
         const bool bad = status(i) != int(Status::success);
         failures += bad;
-        if (bad && i < lowest) lowest = i;
+        const long key = 8 * i + (status(i) + 1);
+        if (bad && key < lowest) lowest = key;
         if (accepted(i) > highest) highest = accepted(i);
       },
       Kokkos::Sum<long>(failed), Kokkos::Min<long>(first), Kokkos::Max<int>(most));
+  if (staging) staging->release();
   report.failed = failed;
   report.max_accepted = most;
   if (failed == 0) return;
-  report.first_failed = first;
-  int first_status = 0;
-  Kokkos::deep_copy(space, first_status, Kokkos::subview(status, first));
-  space.fence();
-  report.first_failed_status = Status(first_status);
+  report.first_failed = first / 8;
+  report.first_failed_status = Status(int(first % 8) - 1);
   if (throw_on_failure)
     throw std::runtime_error(fn + ": " + std::to_string(failed) + " of " + std::to_string(N) +
-                             " trajectories failed; the first, trajectory " + std::to_string(first) +
+                             " trajectories failed; the first, trajectory " + std::to_string(report.first_failed) +
                              ", stopped with status " + status_name(report.first_failed_status));
 }
 
-// The forward loop over all N trajectories, with its report (see summarize).
+// The forward loop over all N trajectories, with its report (see summarize). The fused mode keeps
+// each trajectory's carry in registers and allocates only the report; the stepped mode keeps the
+// carries in Views between launches, and the report is the carry's status and step counts.
 template <class Method, class Field, class T, class Space, class Stepping, class Observer>
 Report<typename Space::memory_space> forward_pass(const std::string& fn, const Space& space, const Field& field, int n,
                                                   int N, const ForwardData<T>& data, const Stepping& stepping,
-                                                  LoopMode mode, const Observer& observer, bool throw_on_failure) {
+                                                  LoopMode mode, const Observer& observer, bool throw_on_failure,
+                                                  Staging<Space>& staging) {
   int fixed_steps = 0;
   if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
-  CarryViews<T, Space> carry(space, N, n);
+  CarryViews<T, Space> carry;
+  Report<typename Space::memory_space> report;
+  if (mode == LoopMode::fused) report = allocate_report(space, N);
+  else {
+    carry = CarryViews<T, Space>(space, N, n);
+    report = {carry.status, carry.step, carry.rejected};
+  }
   with_capacity<Field>(n, [&](auto capacity) {
     using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, Stepping, false>;
-    run_forward(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0}, 0, N, mode, fixed_steps, observer);
+    run_forward(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0, report_rows<Space>(report)}, 0, N, mode,
+                fixed_steps, observer);
   });
-  Report<typename Space::memory_space> report{carry.status, carry.step, carry.rejected};
-  summarize(fn, space, report, throw_on_failure);
+  summarize(fn, space, report, throw_on_failure, &staging);
   return report;
 }
 
@@ -459,9 +537,7 @@ int check_problem(const std::string& fn, const Space& space, const Problem<Field
   }
   require(options.checkpoint_interval >= 0, fn, "options.checkpoint_interval",
           "value " + std::to_string(options.checkpoint_interval), "a value >= 0 (0: ceil(sqrt(steps)))");
-  require_finite(fn, "y0", space, problem.y0);
-  require_finite(fn, "params", space, problem.params);
-  require_finite(fn, "shared", space, problem.shared);
+  require_finite(fn, space, {"y0", "params", "shared"}, problem.y0, problem.params, problem.shared);
   return n;
 }
 
@@ -513,12 +589,13 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
                       strided1<const T>(problem.shared),   strided2<T>(outputs.final_state),
                       strided3<T>(outputs.observed),       int(steps.observation_times.size()),
                       parameter_count(problem.params)};
+  Staging<Space> staging(space);
   const auto stepping = [&] {
-    if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, space, steps);
-    else return build_control<Method, T>(fn, space, steps, n);
+    if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, staging, steps);
+    else return build_control<Method, T>(fn, staging, steps, n);
   }();
   return forward_pass<Method>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
-                              options.on_failure == OnFailure::throw_exception);
+                              options.on_failure == OnFailure::throw_exception, staging);
 }
 
 // solve(), then the gradients of a loss L through the discrete steps: given the cotangents
@@ -566,26 +643,27 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   if constexpr (is_given_v<Shared>) Q = int(problem.shared.extent(0));
   require_extents_if_given(fn, "gradients.params", gradients.params, {N, P}, "[N, P], the shape of params");
   require_extents_if_given(fn, "gradients.shared", gradients.shared, {Q}, "[Q], the shape of shared");
-  require_finite(fn, "cotangents.final_state", space, cotangents.final_state);
-  require_finite(fn, "cotangents.observed", space, cotangents.observed);
+  require_finite(fn, space, {"cotangents.final_state", "cotangents.observed", ""}, cotangents.final_state,
+                 cotangents.observed);
   const int shared_rows = is_given_v<SharedBar> ? Q : 0;
 
   ForwardData<T> data{strided2<const T>(problem.y0),     strided2<const T>(problem.params),
                       strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
                       strided3<T>(outputs.observed),     int(observations),
                       parameter_count(problem.params)};
+  Staging<Space> staging(space);
   const auto stepping = [&] {
-    if constexpr (adaptive) return build_control<Method, T>(fn, space, steps, n);
-    else return build_mesh<T>(fn, space, steps);
+    if constexpr (adaptive) return build_control<Method, T>(fn, staging, steps, n);
+    else return build_mesh<T>(fn, staging, steps);
   }();
   using Stepping = std::decay_t<decltype(stepping)>;
 
   // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
   Report<Mem> report;
   if constexpr (adaptive)
-    report = forward_pass<Method>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true);
-  else report = {Kokkos::View<int*, Mem>("paraseq::ode::status", N), Kokkos::View<int*, Mem>("paraseq::ode::accepted", N),
-                 Kokkos::View<int*, Mem>("paraseq::ode::rejected", N)};
+    report = forward_pass<Method>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true,
+                                  staging);
+  else report = allocate_report(space, N);
   Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
 
   with_capacity<Field>(n, [&](auto capacity) {
@@ -617,9 +695,11 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
 
     for (int begin = 0; begin < int(N); begin += chunk) {
       const int end = std::min<int>(int(N), begin + chunk);
-      run_forward(space, ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0}, begin, end,
-                  options.mode, most_steps, NoObserver{});
-      if constexpr (!adaptive) { // the report of fixed steps comes chunk by chunk
+      run_forward(space,
+                  ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0,
+                                report_rows<Space>(report)},
+                  begin, end, options.mode, most_steps, NoObserver{});
+      if (!adaptive && options.mode == LoopMode::stepped) { // the report of fixed steps comes chunk by chunk
         auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
         Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
         Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
@@ -636,7 +716,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
     }
   });
   if constexpr (is_given_v<SharedBar>) convert(space, shared_total, gradients.shared);
-  summarize(fn, space, report, true);
+  summarize(fn, space, report, true, &staging);
   return report;
 }
 

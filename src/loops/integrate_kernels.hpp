@@ -1,15 +1,24 @@
 #pragma once
 // The kernels behind integrate.hpp, one thread per trajectory. Each trajectory's loop state (its
-// Carry) lives in registers while a kernel runs and in Views between kernels, so the same code
-// runs the whole loop in one launch (fused) or one step per launch (stepped), bit for bit alike.
+// Carry) lives in registers while a kernel runs and, in the stepped mode and for gradients, in Views
+// between kernels, so the same step code runs the whole loop in one launch (fused) or one step per
+// launch (stepped), bit for bit alike.
 //
-//   Forward: its InitTag launch sets up the carry from y0 (and the first step size); its main
-//            launch runs up to `iterations` steps (adaptive: attempts), writing observations, the
-//            final state and, for gradients, a checkpoint whenever the step count is a multiple of
-//            the interval.
+//   Forward: its FusedTag launch (the fused mode) sets up each trajectory, runs its whole loop and
+//            writes the outputs and the report, with no carry Views unless a gradient needs them.
+//            The stepped mode's InitTag launch sets up the carry from y0 (and the first step size);
+//            its main launch runs up to `iterations` steps (adaptive: attempts), writing
+//            observations, the final state and, for gradients, a checkpoint whenever the step count
+//            is a multiple of the interval.
 //   Backward: its InitTag launch takes the final cotangent; its main launch reverses up to
 //            `iterations` steps. Entering a checkpoint segment replays its steps from the checkpoint
 //            (the same step code, so the same mesh, rejections included) and stores their states.
+//
+// Fixed steps in the fused mode run in segments: between two stops (mesh points with an
+// observation, a checkpoint, or the end) the loop only steps; finiteness, observations and
+// checkpoints are handled at the stops. A non-finite state stays non-finite under an explicit RK
+// step (y_next = y + h sum b_i K_i), so checking at the stops gives the same status as checking
+// after every step.
 
 #include <paraseq/loops/field.hpp>
 #include <paraseq/loops/options.hpp>
@@ -108,15 +117,25 @@ struct CarryViews {
   }
 };
 
-// Fixed steps, shared by all trajectories: step m goes from t(m) to t(m) + h(m) = t_next(m), and
-// the observations at mesh point m are [first_observation(m), first_observation(m + 1)).
+// Fixed steps, shared by all trajectories: step m goes from point(m) to point(m + 1) and is
+// length(m) long. A uniform mesh (FixedSteps::count and ::until with no observation inside a step)
+// stores nothing: point m is fma(m, dt, t0) in T (one rounding), the last point is t_end exactly,
+// and every step is dt long but the last, which is h_last = t_end - point(steps - 1) (rounded once
+// from double), so that a partial last step lands on t_end. Otherwise (an explicit grid, or
+// observations that split steps) the points and lengths are Views. observation_point(j) is the
+// mesh point of observation j (nondecreasing).
 template <class T, class Mem>
 struct FixedMesh {
   static constexpr bool adaptive = false;
-  Kokkos::View<const T*, Mem> t, h, t_next;        // [steps]
-  Kokkos::View<const int*, Mem> first_observation; // [steps + 2]
+  bool uniform = true;
   int steps = 0;
-  T t0 = 0;
+  T t0 = 0, dt = 0, h_last = 0, t_end = 0;      // uniform
+  Kokkos::View<const T*, Mem> points, lengths;  // explicit: [steps + 1], [steps]
+  Kokkos::View<const int*, Mem> observation_point; // [n_obs]
+
+  KOKKOS_INLINE_FUNCTION T uniform_point(int m) const { return m == steps ? t_end : Kokkos::fma(T(m), dt, t0); }
+  KOKKOS_INLINE_FUNCTION T point(int m) const { return uniform ? uniform_point(m) : points(m); }
+  KOKKOS_INLINE_FUNCTION T length(int m) const { return uniform ? (m + 1 == steps ? h_last : dt) : lengths(m); }
 };
 
 // Adaptive steps: everything a trajectory's controller reads.
@@ -143,21 +162,30 @@ KOKKOS_INLINE_FUNCTION void copy(int n, const T* from, T* to) {
   for (int k = 0; k < n; ++k) to[k] = from[k];
 }
 
+// One step from (t, y) to t_next: K[0] is the carry's k_first for FSAL methods (which must be
+// valid), else f(t, y). The carry's y (and an FSAL method's k_first) then hold the step's end.
+template <class Method, class Rk, class T, int C>
+KOKKOS_FORCEINLINE_FUNCTION void rk_step(const Rk& rk, T t, T h, T t_next, Carry<T, C>& c) {
+  typename Rk::Stages K;
+  T y_new[C];
+  if constexpr (Method::fsal) copy(rk.size(), c.k_first, K[0]);
+  else rk.evaluate(t, c.y, K[0]);
+  rk.stages(t, h, t_next, c.y, K, y_new);
+  copy(rk.size(), y_new, c.y);
+  if constexpr (Method::fsal) copy(rk.size(), K[Method::stages - 1], c.k_first);
+}
+
 // One step on the fixed mesh; the carry then holds the new state.
 template <class Method, class Rk, class T, int C, class Mesh>
 KOKKOS_INLINE_FUNCTION void fixed_step(const Rk& rk, const Mesh& mesh, Carry<T, C>& c) {
   const int m = c.step;
-  const T t = mesh.t(m), h = mesh.h(m), t_next = mesh.t_next(m);
-  typename Rk::Stages K;
-  T y_new[C];
-  if (c.flags & k_first_valid) copy(rk.size(), c.k_first, K[0]);
-  else rk.evaluate(t, c.y, K[0]);
-  rk.stages(t, h, t_next, c.y, K, y_new);
-  copy(rk.size(), y_new, c.y);
-  if constexpr (Method::fsal) {
-    copy(rk.size(), K[Method::stages - 1], c.k_first);
-    c.flags |= k_first_valid;
-  }
+  const T t = mesh.point(m), h = mesh.length(m), t_next = mesh.point(m + 1);
+  if constexpr (Method::fsal)
+    if (!(c.flags & k_first_valid)) {
+      rk.evaluate(t, c.y, c.k_first);
+      c.flags |= k_first_valid;
+    }
+  rk_step<Method>(rk, t, h, t_next, c);
   c.t = t_next;
   c.step = m + 1;
 }
@@ -325,21 +353,30 @@ struct ForwardData {
   }
 };
 
+// Where the fused mode writes each trajectory's report (indexed by trajectory).
+struct ReportRows {
+  int* status = nullptr;
+  int* accepted = nullptr;
+  int* rejected = nullptr;
+};
+
 template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool Checkpointing>
 struct Forward {
   using Params = ParametersFor<Field, T>;
   using Rk = RkStep<Method, Field, T, Capacity, Params>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
+  struct FusedTag {};
 
   Field field;
   int runtime_n;
   ForwardData<T> data;
   Stepping stepping;
-  CarryViews<T, Space> carry;
+  CarryViews<T, Space> carry; // stepped mode and gradients; empty for a fused solve()
   Checkpoints<T, Space> checkpoints;
   int begin, end; // the chunk's trajectories: carry row = trajectory - begin
-  int iterations; // steps (adaptive: attempts) per launch
+  int iterations; // steps (adaptive: attempts) per launch of the stepped mode
+  ReportRows report; // written by the fused mode
 
   KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(runtime_n); }
 
@@ -369,9 +406,9 @@ struct Forward {
       if (c.step % checkpoints.interval == 0) checkpoints.save(Stepping::adaptive, row, size(), c);
   }
 
-  KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
-    const Rk rk{field, runtime_n, data.template parameters_of<Field>(traj)};
-    C c;
+  // The carry of a trajectory at t0: observations at t0 written, k_first (FSAL or adaptive) and the
+  // first step size set, and a status when it is done already (no steps, or a non-finite y0).
+  KOKKOS_INLINE_FUNCTION void start(int traj, const Rk& rk, C& c) const {
     for (int k = 0; k < size(); ++k) c.y[k] = data.y0(traj, k);
     c.step = 0, c.rejected = 0, c.next_observation = 0, c.flags = 0;
     c.log_err_prev = T(0); // e_prev = 1
@@ -390,12 +427,13 @@ struct Forward {
         c.h = ctl.first_step > T(0) ? ctl.first_step : first_step_size(rk, ctl, c);
       }
     } else {
-      c.t = stepping.t0, c.h = T(0);
-      for (; c.next_observation < stepping.first_observation(1); ++c.next_observation)
+      c.t = stepping.point(0), c.h = T(0);
+      for (; c.next_observation < data.observations && stepping.observation_point(c.next_observation) == 0;
+           ++c.next_observation)
         write_observation(traj, c.next_observation, c.y);
       done = stepping.steps == 0;
       if (!done && Method::fsal) {
-        rk.evaluate(stepping.t(0), c.y, c.k_first);
+        rk.evaluate(c.t, c.y, c.k_first);
         c.flags = k_first_valid;
       }
     }
@@ -403,6 +441,11 @@ struct Forward {
     else if (done) c.status = int(Status::success);
     if (c.status != status_running) finish(traj, c);
     checkpoint(traj - begin, c);
+  }
+
+  KOKKOS_FUNCTION void operator()(InitTag, int traj) const {
+    C c;
+    start(traj, Rk{field, runtime_n, data.template parameters_of<Field>(traj)}, c);
     carry.store(traj - begin, size(), c);
   }
 
@@ -426,7 +469,8 @@ struct Forward {
       });
     } else {
       fixed_step<Method>(rk, stepping, c);
-      const int last = data.observations > 0 ? stepping.first_observation(c.step + 1) : 0;
+      int last = c.next_observation; // past the observations at the new point
+      while (last < data.observations && stepping.observation_point(last) <= c.step) ++last;
       if (c.next_observation < last && !all_finite(size(), c.y)) c.status = int(Status::non_finite);
       for (; c.next_observation < last; ++c.next_observation) write_observation(traj, c.next_observation, c.y);
       if (c.step == stepping.steps && c.status == status_running)
@@ -436,8 +480,9 @@ struct Forward {
     if (c.status != status_running) finish(traj, c);
   }
 
-  // Runs the trajectories of one block of `lanes`, step by step in lockstep: on a host core their
-  // independent steps overlap in the pipeline, where one trajectory alone waits on each result.
+  // The stepped mode: runs the trajectories of one block of `lanes` for `iterations` steps, step by
+  // step in lockstep: on a host core their independent steps overlap in the pipeline, where one
+  // trajectory alone waits on each result.
   KOKKOS_FUNCTION void operator()(int block) const {
     constexpr int L = lanes; // a local: device code cannot bind a static member to a reference
     const int first = begin + block * L, count = Kokkos::min(L, end - first);
@@ -457,6 +502,96 @@ struct Forward {
       if (!running) break;
     }
     for (int l = 0; l < count; ++l) carry.store(first + l - begin, size(), carries[l]);
+  }
+
+  // Fixed steps m, ..., stop - 1 of every running lane, nothing else: the mesh's point times and
+  // lengths as fixed_step computes them, without its bookkeeping.
+  KOKKOS_INLINE_FUNCTION void run_segment(int m, int stop, int count, C* carries, const Params* params) const {
+    constexpr int L = lanes;
+    auto step_lanes = [&](T t, T h, T t_next) {
+      for (int l = 0; l < count; ++l)
+        if (L == 1 || carries[l].status == status_running) // a device thread's only lane runs
+          rk_step<Method>(Rk{field, runtime_n, params[l]}, t, h, t_next, carries[l]);
+    };
+    if (stepping.uniform) {
+      const T t0 = stepping.t0, dt = stepping.dt;
+      const int full = Kokkos::min(stop, stepping.steps - 1); // steps of dt; the last is h_last long
+      for (; m < full; ++m) step_lanes(Kokkos::fma(T(m), dt, t0), dt, Kokkos::fma(T(m + 1), dt, t0));
+      if (m < stop) step_lanes(Kokkos::fma(T(m), dt, t0), stepping.h_last, stepping.t_end);
+    } else {
+      for (; m < stop; ++m) step_lanes(stepping.points(m), stepping.lengths(m), stepping.points(m + 1));
+    }
+  }
+
+  // The fused fixed-step loop: segments between stops (observation points, checkpoints, the end).
+  // Running lanes are all at mesh point m; at a stop each is checked for finiteness (where there is
+  // an observation, and at the end), observed, checkpointed or finished.
+  KOKKOS_INLINE_FUNCTION void run_fixed(int first, int count, C* carries, const Params* params) const {
+    bool running = false;
+    for (int l = 0; l < count; ++l) running = running || carries[l].status == status_running;
+    int m = 0, j = 0; // the mesh point, and the first observation after it
+    while (j < data.observations && stepping.observation_point(j) == 0) ++j;
+    while (running) {
+      int stop = j < data.observations ? stepping.observation_point(j) : stepping.steps;
+      if constexpr (Checkpointing) stop = Kokkos::min(stop, (m / checkpoints.interval + 1) * checkpoints.interval);
+      run_segment(m, stop, count, carries, params);
+      m = stop;
+      int j_end = j;
+      while (j_end < data.observations && stepping.observation_point(j_end) == m) ++j_end;
+      running = false;
+      for (int l = 0; l < count; ++l) {
+        C& c = carries[l];
+        if (c.status != status_running) continue;
+        c.step = m;
+        c.t = stepping.point(m);
+        if (j_end > j && !all_finite(size(), c.y)) c.status = int(Status::non_finite);
+        for (; c.next_observation < j_end; ++c.next_observation) write_observation(first + l, c.next_observation, c.y);
+        if (m == stepping.steps && c.status == status_running)
+          c.status = int(all_finite(size(), c.y) ? Status::success : Status::non_finite);
+        if (c.status == status_running) {
+          checkpoint(first + l - begin, c);
+          running = true;
+        } else {
+          finish(first + l, c);
+        }
+      }
+      j = j_end;
+    }
+  }
+
+  // The fused mode: set-up, the whole loop and the report in one launch, the carries in registers.
+  KOKKOS_FUNCTION void operator()(FusedTag, int block) const {
+    constexpr int L = lanes;
+    // A device thread's block is exactly one trajectory (blocks = end - begin): say so at compile time.
+    const int first = begin + block * L, count = L == 1 ? 1 : Kokkos::min(L, end - first);
+    C carries[L];
+    Params params[L];
+    for (int l = 0; l < count; ++l) {
+      params[l] = data.template parameters_of<Field>(first + l);
+      start(first + l, Rk{field, runtime_n, params[l]}, carries[l]);
+    }
+    if constexpr (Stepping::adaptive) {
+      for (;;) {
+        bool running = false;
+        for (int l = 0; l < count; ++l)
+          if (carries[l].status == status_running) {
+            advance(first + l, carries[l], params[l]);
+            running = true;
+          }
+        if (!running) break;
+      }
+    } else {
+      run_fixed(first, count, carries, params);
+    }
+    for (int l = 0; l < count; ++l) {
+      const int traj = first + l;
+      if (report.status) {
+        report.status[traj] = carries[l].status;
+        report.accepted[traj] = carries[l].step;
+        report.rejected[traj] = carries[l].rejected;
+      }
+      if (carry.status.data()) carry.store(traj - begin, size(), carries[l]);
+    }
   }
 };
 
@@ -584,8 +719,8 @@ struct Backward {
         t_next = checkpoints.segment_t_next(row, slot);
         for (; j >= 0 && stepping.observation_times(j) >= t_next; --j) add_observation_bar(traj, j, lambda);
       } else {
-        t = stepping.t(step), h = stepping.h(step), t_next = stepping.t_next(step);
-        for (; j >= 0 && j >= stepping.first_observation(m); --j) add_observation_bar(traj, j, lambda);
+        t = stepping.point(step), h = stepping.length(step), t_next = stepping.point(step + 1);
+        for (; j >= 0 && stepping.observation_point(j) >= m; --j) add_observation_bar(traj, j, lambda);
       }
       rk.recompute(t, h, t_next, y, K);
       rk.seed(h, lambda, K_bar);

@@ -245,4 +245,38 @@ TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) 
               throws_naming("'shared'", "row 3"));
 }
 
+TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBits) {
+  using Space = TypeParam;
+  using Mem = typename Space::memory_space;
+  const int N = 17;
+  const OscillatorBatch<double, Space> batch(N, 21);
+  const auto problem = ode::problem(ForcedOscillator{}, batch.y0, batch.params);
+  auto check = [&](auto method, const auto& steps, int observations) {
+    View2<double, Space> own("own", N, 2), given("given", N, 2);
+    View3<double, Space> own_obs("own_obs", N, observations, 2), given_obs("given_obs", N, observations, 2);
+    const auto mine = ode::solve(Space{}, method, problem, steps, ode::final_and_observed(own, own_obs));
+    const std::size_t bytes = ode::solve_workspace_bytes<double>(N, 2, steps);
+    Kokkos::View<char*, Mem> workspace("workspace", bytes + 3);
+    ode::SolveOptions options;
+    options.workspace = {workspace.data() + 3, bytes}; // solve() aligns its pieces itself
+    const auto theirs = ode::solve(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
+    EXPECT_TRUE(bitwise_equal(own, given));
+    EXPECT_TRUE(bitwise_equal(own_obs, given_obs));
+    EXPECT_EQ(host_vector(mine.accepted), host_vector(theirs.accepted));
+    EXPECT_EQ(host_vector(mine.status), host_vector(theirs.status));
+    for (const auto* p : {theirs.status.data(), theirs.accepted.data(), theirs.rejected.data()}) {
+      EXPECT_GE(reinterpret_cast<const char*>(p), workspace.data());
+      EXPECT_LE(reinterpret_cast<const char*>(p + N), workspace.data() + workspace.size());
+    }
+    options.workspace.bytes = bytes - 1;
+    EXPECT_THAT([&] { ode::solve(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options); },
+                ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
+  };
+  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);    // uniform
+  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split
+  ode::AdaptiveSteps adaptive;
+  adaptive.t_end = 2, adaptive.rtol = 1e-8, adaptive.atol = 1e-10;
+  check(ode::DormandPrince5{}, adaptive.observe_at({0.3, 1.7}), 2);
+}
+
 } // namespace

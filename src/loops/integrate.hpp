@@ -38,6 +38,7 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -83,6 +84,28 @@ std::size_t gradient_workspace_bytes(bool adaptive, int n, long steps, int inter
   return detail::CarryViews<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(n) +
          detail::Checkpoints<T, Kokkos::DefaultHostExecutionSpace>::bytes_per_trajectory(adaptive, steps / k + 1, k, n) +
          n * sizeof(T) + 3 * sizeof(int) + std::size_t(shared_parameters) * sizeof(T);
+}
+
+namespace detail {
+inline constexpr std::size_t workspace_alignment = 256;
+} // namespace detail
+
+// The bytes of a SolveOptions::workspace that solve() needs for N trajectories of state size n with
+// these steps (fused mode): the report (3 N ints), an explicit mesh's points and lengths, the
+// observations' mesh points (fixed steps) or the tolerances and observation times (adaptive steps),
+// each piece with room for its alignment.
+template <class T>
+std::size_t solve_workspace_bytes(long N, int, const FixedSteps& steps) {
+  const std::size_t observations = steps.observation_times.size();
+  const std::size_t grid_steps = steps.grid.empty() ? std::size_t(std::max(steps.steps, 0)) : steps.grid.size() - 1;
+  const std::size_t mesh_steps = grid_steps + observations; // each observation splits at most one step
+  constexpr std::size_t A = detail::workspace_alignment;
+  return 3 * std::size_t(N) * sizeof(int) + A + (2 * mesh_steps + 1) * sizeof(T) + A + observations * sizeof(int) + A;
+}
+template <class T>
+std::size_t solve_workspace_bytes(long N, int n, const AdaptiveSteps& steps) {
+  constexpr std::size_t A = detail::workspace_alignment;
+  return 3 * std::size_t(N) * sizeof(int) + A + (2 * std::size_t(n) + steps.observation_times.size()) * sizeof(T) + A;
 }
 
 namespace detail {
@@ -201,12 +224,36 @@ inline void check_observation_times(const std::string& fn, const std::vector<dou
   }
 }
 
+// Aligned pieces of a caller's workspace (SolveOptions::workspace), whose size solve() has checked
+// against solve_workspace_bytes, or nothing (allocate instead) when none was given.
+class WorkspaceArena {
+public:
+  WorkspaceArena() = default;
+  explicit WorkspaceArena(const Workspace& workspace)
+      : begin_(static_cast<char*>(workspace.data)), bytes_(workspace.bytes) {}
+  bool given() const { return begin_ != nullptr; }
+  template <class T>
+  T* take(std::size_t count) {
+    const auto base = reinterpret_cast<std::uintptr_t>(begin_);
+    const std::size_t start =
+        (base + used_ + workspace_alignment - 1) / workspace_alignment * workspace_alignment - base;
+    if (start + count * sizeof(T) > bytes_)
+      throw std::logic_error("paraseq::ode: the workspace ran out (solve_workspace_bytes is too small)");
+    used_ = start + count * sizeof(T);
+    return reinterpret_cast<T*>(begin_ + start);
+  }
+
+private:
+  char* begin_ = nullptr;
+  std::size_t bytes_ = 0, used_ = 0;
+};
+
 // Host buffers that uploads read from, kept until the call's next fence (the status summary), so
 // that no upload waits for its copy to finish. Destroyed early (an exception), it fences first.
 template <class Space>
 class Staging {
 public:
-  explicit Staging(const Space& space) : space_(space) {}
+  explicit Staging(const Space& space, WorkspaceArena* arena = nullptr) : space_(space), arena_(arena) {}
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging() {
@@ -215,12 +262,13 @@ public:
   // After a fence of the space: nothing is in flight any more.
   void release() { held_.clear(); }
 
-  // A device copy of `values`, uploaded on the space in one copy, without a fence.
+  // A device copy of `values` (in the workspace, if any), uploaded on the space in one copy, without a fence.
   template <class T>
   Kokkos::View<T*, typename Space::memory_space> upload(std::vector<T> values, const std::string& label) {
     auto host = std::make_shared<const std::vector<T>>(std::move(values));
-    Kokkos::View<T*, typename Space::memory_space> device(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, label),
-                                                          host->size());
+    Kokkos::View<T*, typename Space::memory_space> device;
+    if (arena_ && arena_->given()) device = decltype(device)(arena_->take<T>(host->size()), host->size());
+    else device = decltype(device)(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, label), host->size());
     if (!host->empty()) {
       Kokkos::deep_copy(space_, device,
                         Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host->data(), host->size()));
@@ -231,6 +279,7 @@ public:
 
 private:
   Space space_;
+  WorkspaceArena* arena_;
   std::vector<std::shared_ptr<const void>> held_;
 };
 
@@ -408,11 +457,12 @@ void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode
   }
 }
 
-// The three per-trajectory Views of a report in one allocation.
+// The three per-trajectory Views of a report in one allocation (or piece of the workspace).
 template <class Space>
-Report<typename Space::memory_space> allocate_report(const Space& space, long N) {
-  Kokkos::View<int*, typename Space::memory_space> block(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::report"), 3 * N);
+Report<typename Space::memory_space> allocate_report(const Space& space, long N, WorkspaceArena* arena = nullptr) {
+  Kokkos::View<int*, typename Space::memory_space> block;
+  if (arena && arena->given()) block = decltype(block)(arena->take<int>(3 * std::size_t(N)), 3 * N);
+  else block = decltype(block)(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::report"), 3 * N);
   return {Kokkos::subview(block, std::make_pair(0L, N)), Kokkos::subview(block, std::make_pair(N, 2 * N)),
           Kokkos::subview(block, std::make_pair(2 * N, 3 * N))};
 }
@@ -461,12 +511,12 @@ template <class Method, class Field, class T, class Space, class Stepping, class
 Report<typename Space::memory_space> forward_pass(const std::string& fn, const Space& space, const Field& field, int n,
                                                   int N, const ForwardData<T>& data, const Stepping& stepping,
                                                   LoopMode mode, const Observer& observer, bool throw_on_failure,
-                                                  Staging<Space>& staging) {
+                                                  Staging<Space>& staging, WorkspaceArena* arena = nullptr) {
   int fixed_steps = 0;
   if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
   CarryViews<T, Space> carry;
   Report<typename Space::memory_space> report;
-  if (mode == LoopMode::fused) report = allocate_report(space, N);
+  if (mode == LoopMode::fused) report = allocate_report(space, N, arena);
   else {
     carry = CarryViews<T, Space>(space, N, n);
     report = {carry.status, carry.step, carry.rejected};
@@ -589,13 +639,20 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
                       strided1<const T>(problem.shared),   strided2<T>(outputs.final_state),
                       strided3<T>(outputs.observed),       int(steps.observation_times.size()),
                       parameter_count(problem.params)};
-  Staging<Space> staging(space);
+  WorkspaceArena arena;
+  if (options.workspace.data && options.mode == LoopMode::fused) {
+    const std::size_t needed = solve_workspace_bytes<T>(N, n, steps);
+    require(options.workspace.bytes >= needed, fn, "options.workspace", std::to_string(options.workspace.bytes) + " bytes",
+            "at least solve_workspace_bytes(N, n, steps) = " + std::to_string(needed) + " bytes");
+    arena = WorkspaceArena(options.workspace);
+  }
+  Staging<Space> staging(space, &arena);
   const auto stepping = [&] {
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, staging, steps);
     else return build_control<Method, T>(fn, staging, steps, n);
   }();
   return forward_pass<Method>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
-                              options.on_failure == OnFailure::throw_exception, staging);
+                              options.on_failure == OnFailure::throw_exception, staging, &arena);
 }
 
 // solve(), then the gradients of a loss L through the discrete steps: given the cotangents

@@ -146,6 +146,16 @@ enum class OnFailure {
   report           // the Report says which trajectories failed; their outputs are NaN
 };
 
+// Device memory from the caller (for example a framework's caching allocator) for the temporaries
+// of one solve() call: the report and the mesh or controller data. `data` must be reachable from
+// the call's execution space and hold at least solve_workspace_bytes<T>(N, n, steps) bytes (any
+// alignment; solve() aligns its pieces). The returned Report's Views then point into it and stay
+// valid while it does. nullptr: solve() allocates them itself.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 struct SolveOptions {
   LoopMode mode = LoopMode::fused;
   OnFailure on_failure = OnFailure::throw_exception;
@@ -156,6 +166,9 @@ struct SolveOptions {
   int checkpoint_interval = 0;
   // Gradients: the batch is processed in chunks whose workspace stays below this many bytes.
   std::size_t max_gradient_workspace_bytes = std::size_t(1) << 30;
+  // solve() with LoopMode::fused: where its temporaries go (nothing is allocated when given).
+  // LoopMode::stepped still allocates its carries, and solve_with_gradient() ignores it.
+  Workspace workspace;
 };
 
 enum class Status : int { success = 0, max_steps = 1, step_too_small = 2, non_finite = 3 };

@@ -58,7 +58,16 @@ void integrate(const char* op, const OdeintArgs& args, const std::vector<double>
     using T = decltype(zero);
     with_problem<T, FieldIndex, MethodIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
       using Space = std::decay_t<decltype(space)>;
-      translate_errors([&] { ode::solve(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed))); });
+      // The call's temporaries (report, mesh or tolerances) come from PyTorch's allocator, which
+      // caches device blocks: no device allocation or release per call.
+      const at::Tensor workspace =
+          at::empty({long(ode::solve_workspace_bytes<T>(tensors.y0.size(0), int(tensors.y0.size(1)), steps))},
+                    tensors.y0.options().dtype(at::kByte));
+      ode::SolveOptions options;
+      options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
+      translate_errors([&] {
+        ode::solve(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
+      });
     });
   });
 }

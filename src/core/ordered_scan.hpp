@@ -11,11 +11,18 @@
 //   * time chunks: [0, S) is cut into G chunks that run in different teams. Only when B x groups is
 //     too small to fill the execution space (G > 1) does a first kernel compose each chunk into one
 //     map, a second find the state entering each chunk in order, and the main kernel re-run them.
-//   * windows: a team walks its chunk in windows of P x Lsub steps. Its P threads each compose one
-//     sub-chunk of Lsub steps into a map (kept in team scratch), then each re-runs its sub-chunk from
-//     the window's entering state advanced through the maps of the sub-chunks before it.
-//   * lanes: the vector lanes of a thread handle adjacent groups, so on a GPU a warp reads
-//     consecutive channels of one time step (coalesced), and on a CPU a thread walks cache lines.
+//   * windows: a team walks its chunk in windows of P x L steps. Its P sub-chunk threads each compose
+//     L steps into a map (kept in team scratch), then each re-runs its steps from the window's
+//     entering state advanced through the maps of the sub-chunks before it.
+//   * rows: a thread handles a row of adjacent groups: one on a GPU, where the threads of a warp take
+//     adjacent groups and so read consecutive channels of one step (coalesced); 32 on a CPU, where a
+//     thread walks cache lines.
+//   * step batches (devices, groups of a fixed size): a thread loads the maps of R steps before it
+//     uses any of them, so R steps' loads are in flight together (a GPU thread that loads one step
+//     at a time waits on memory latency, far below the bandwidth). When a sub-chunk fits in one
+//     batch (the device plans' L = R), its maps stay in registers from the compose to the re-run,
+//     so each operand is read once. Hosts and Dense groups apply each step directly (see
+//     batch_steps).
 // With P = 1 and G = 1 this is the plain sequential-in-time loop, chosen when B x groups alone fills
 // the space: it reads the operands once and does no redundant work.
 //
@@ -36,6 +43,13 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+
+// Per-thread arrays stay in registers only if every loop over them is unrolled.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define PARASEQ_UNROLL _Pragma("unroll")
+#else
+#define PARASEQ_UNROLL
+#endif
 
 namespace paraseq {
 
@@ -62,8 +76,8 @@ struct ScanPlan {
   int chunk_length = 1;  // Lsub
   int time_chunks = 1;   // G
   int chunk_steps = 0;   // steps per time chunk (the last may be shorter)
-  int lanes = 1;         // groups per team, one per vector lane
-  int vector_length = 1; // hardware vector length asked of the team policy
+  int lanes = 1;         // groups per team
+  int team_size = 1;     // threads per team: P x lanes / lanes_per_thread
   int scratch_level = 0;
 };
 
@@ -100,6 +114,18 @@ KOKKOS_INLINE_FUNCTION void map_push_step(const Recurrence& rec, int batch, int 
   for (int i = 0; i < d; ++i) map[D * D + i] = column[i];
 }
 
+// The map (L_s, c_s) of step s: column j is L_s e_j, the offset is the step applied to 0.
+template <class Acc, int D, class Recurrence>
+KOKKOS_INLINE_FUNCTION void load_step_map(const Recurrence& rec, int batch, int step, int group, int d, Acc* map) {
+  Acc unit[D];
+  for (int j = 0; j < d; ++j) {
+    for (int i = 0; i < d; ++i) unit[i] = Acc(i == j);
+    rec.linear(batch, step, group, unit, map + j * D);
+  }
+  for (int i = 0; i < d; ++i) unit[i] = Acc(0);
+  rec.affine(batch, step, group, unit, map + D * D);
+}
+
 // outer <- later o outer, i.e. (M_l M_o, M_l v_o + v_l).
 template <class Acc, int D>
 KOKKOS_INLINE_FUNCTION void map_prepend(int d, const Acc* later, Acc* outer) {
@@ -125,12 +151,24 @@ KOKKOS_INLINE_FUNCTION constexpr long ceil_div(long a, long b) { return (a + b -
 
 } // namespace detail
 
-// Lanes one thread handles: on a GPU one group per hardware thread (the vector lanes of a warp take
-// adjacent groups); on a CPU a thread sweeps a row of adjacent groups per time step, so it reads
-// contiguous memory and the compiler can vectorise across groups.
+template <class ExecSpace>
+inline constexpr bool runs_on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+
+// Groups one thread handles: on a GPU one (the threads of a warp take adjacent groups); on a CPU a
+// thread sweeps a row of adjacent groups per time step, so it reads contiguous memory and the
+// compiler can vectorise across groups.
 template <class Structure, class ExecSpace>
-inline constexpr int lanes_per_thread =
-    Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible && Structure::fixed_group_size > 0 ? 32 : 1;
+inline constexpr int lanes_per_thread = runs_on_host<ExecSpace> && Structure::fixed_group_size > 0 ? 32 : 1;
+
+// Steps per batch (see the top of this file); 0 applies each step directly. Devices: 16 for
+// diagonal scans, about 48 values of maps for blocks (8 steps of 2 x 2, 4 of 3 x 3, 2 of 4 x 4).
+// Hosts apply directly: a thread's row of 32 groups per step is a contiguous stream that the
+// prefetcher already keeps ahead, and staging it through a batch ran 2-8x slower on the 2-core
+// machine. Dense applies directly everywhere.
+template <class Structure, class ExecSpace>
+inline constexpr int batch_steps = Structure::fixed_group_size == 0 || runs_on_host<ExecSpace>
+                                       ? 0
+                                       : std::clamp(48 / detail::map_size<Structure::max_group_size>, 1, 16);
 
 // Chooses the decomposition from a cost model. Composing a step into a map costs about d + 1 times
 // a plain step (d columns and the offset go through L_s), so splitting time only pays where the
@@ -140,7 +178,7 @@ template <class Structure, class Acc, class ExecSpace>
 ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanConfig& config = {}) {
   static_assert(is_structure_v<Structure>, "paraseq::plan_scan: Structure must be Diagonal, BlockDiagonal<K> or Dense");
   constexpr int D = Structure::max_group_size;
-  constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  constexpr bool on_host = runs_on_host<ExecSpace>;
   constexpr bool grouped = Structure::fixed_group_size > 0;
   const double concurrency = std::max(1, space.concurrency());
   const double compose_cost = shape.group_size + 1;
@@ -148,9 +186,9 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
   ScanPlan plan;
   // On a device, a state of few groups gets a narrower team so its idle lanes become sub-chunks.
   plan.lanes = !grouped ? 1 : on_host ? 32 : std::min(32, detail::round_up_pow2(std::max(1, shape.groups)));
-  plan.vector_length = plan.lanes / lanes_per_thread<Structure, ExecSpace>;
+  const int row_threads = plan.lanes / lanes_per_thread<Structure, ExecSpace>;
   const long teams = long(shape.batch) * detail::ceil_div(shape.groups, plan.lanes);
-  const double threads_per_team = plan.vector_length; // before sub-chunks
+  const double threads_per_team = row_threads; // before sub-chunks
 
   if (config.team_chunks > 0) plan.team_chunks = config.team_chunks;
   else if (on_host) plan.team_chunks = 1;
@@ -170,7 +208,9 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     plan.team_chunks = int(std::max(1L, std::min({team_cap, by_scratch, by_fill})));
     while (plan.team_chunks & (plan.team_chunks - 1)) --plan.team_chunks; // a power of two
   }
-  plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : (on_host ? 256 : 32);
+  plan.team_size = plan.team_chunks * row_threads;
+  constexpr int batch = batch_steps<Structure, ExecSpace>;
+  plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : on_host ? 256 : batch > 0 ? batch : 32;
 
   // Predicted time of G time chunks, in plain steps per thread: summaries of G-1 chunks, then all G.
   const double steps = std::max(1, shape.steps);
@@ -204,6 +244,10 @@ template <class Structure, class Acc, class ExecSpace, class Recurrence>
 class OrderedScan {
   static constexpr int D = Structure::max_group_size;
   static constexpr int MapSize = map_size<D>;
+  static constexpr int Rows = lanes_per_thread<Structure, ExecSpace>;
+  static constexpr int Batch = batch_steps<Structure, ExecSpace>;
+  // A batch of step maps for a thread's row: [step][row][map].
+  using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
 
 public:
   struct SummarizeTag {};
@@ -245,27 +289,24 @@ public:
     const int chunk = team.league_rank() % chunks;
     const int tile = (team.league_rank() / chunks) % tiles_;
     const int batch = team.league_rank() / chunks / tiles_;
-    const int begin = chunk * plan_.chunk_steps, end = begin + plan_.chunk_steps;
     const int P = plan_.team_chunks, slice = int(ceil_div(plan_.chunk_steps, P));
+    const Thread me = thread_of(team, tile);
     scratch_view scratch(team.team_scratch(plan_.scratch_level), std::size_t(P) * plan_.lanes * MapSize);
     Acc* const maps = scratch.data(); // [P][lanes][MapSize]
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](int p) {
-      for_lane_rows(team, tile, [&](int first_lane, int count) {
-        for (int l = 0; l < count; ++l) map_identity<Acc, D>(dim(), map_at(maps, p, first_lane + l));
-        for (int s = begin + p * slice; s < Kokkos::min(end, begin + (p + 1) * slice); ++s)
-          for (int l = 0; l < count; ++l)
-            map_push_step<Acc, D>(rec_, batch, s, group_of(tile, first_lane + l), dim(), map_at(maps, p, first_lane + l));
-      });
-    });
+    // Chunks before the last are full: chunk_steps steps each.
+    const int first = chunk * plan_.chunk_steps + me.p * slice;
+    StepMaps cached;
+    compose_steps(me, batch, tile, first, Kokkos::max(0, Kokkos::min(slice, plan_.chunk_steps - me.p * slice)), false,
+                  cached, maps);
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, plan_.lanes), [&](int lane) {
-      const int group = group_of(tile, lane);
-      if (group >= shape_.groups) return;
-      Acc* out = chunk_maps_.data() + chunk_map_offset(batch, chunk, group);
-      for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
-      for (int p = 1; p < P; ++p) map_prepend<Acc, D>(dim(), map_at(maps, p, lane), out);
-    });
+    if (me.p == 0)
+      for (int r = 0; r < me.rows; ++r) {
+        const int lane = me.first_lane + r;
+        Acc* out = chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane));
+        for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
+        for (int q = 1; q < P; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), out);
+      }
   }
 
   // Phase 2 (G > 1): the state entering each chunk, in chunk order, per (batch, group).
@@ -290,67 +331,145 @@ public:
     const int batch = team.league_rank() / G / tiles_;
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
     const int P = plan_.team_chunks, L = plan_.chunk_length, lanes = plan_.lanes;
+    const Thread me = thread_of(team, tile);
     scratch_view scratch(team.team_scratch(plan_.scratch_level), apply_scratch_count());
     Acc* const maps = scratch.data();                             // [P][lanes][MapSize]
     Acc* const carries = maps + std::size_t(P) * lanes * MapSize; // [2][lanes][D]
+    auto carry_at = [&](int which, int lane) { return carries + (std::size_t(which) * lanes + lane) * D; };
 
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, lanes), [&](int lane) {
-      const int group = group_of(tile, lane);
-      if (group >= shape_.groups) return;
-      Acc* carry = carries + std::size_t(lane) * D;
-      if (G == 1) rec_.initial(batch, group, carry);
-      else
-        for (int i = 0; i < dim(); ++i) carry[i] = carries_(carry_offset(batch, chunk, group) + i);
-    });
+    if (me.p == 0)
+      for (int r = 0; r < me.rows; ++r) {
+        const int lane = me.first_lane + r;
+        if (G == 1) rec_.initial(batch, group_of(tile, lane), carry_at(0, lane));
+        else
+          for (int i = 0; i < dim(); ++i) carry_at(0, lane)[i] = carries_(carry_offset(batch, chunk, group_of(tile, lane)) + i);
+      }
     team.team_barrier();
 
+    StepMaps cached;
     int current = 0;
     for (int window = begin; window < end; window += P * L) {
       const int window_end = Kokkos::min(end, window + P * L);
       const int active = int(ceil_div(window_end - window, L));
+      const int first = window + me.p * L, count = Kokkos::max(0, Kokkos::min(L, window_end - first));
+      const bool resident = Batch > 0 && count <= Batch;
+      if constexpr (Batch > 0)
+        if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
       // The last active sub-chunk's map is never needed: no carry is derived from it.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, active - 1), [&](int p) {
-        for_lane_rows(team, tile, [&](int first_lane, int count) {
-          for (int l = 0; l < count; ++l) map_identity<Acc, D>(dim(), map_at(maps, p, first_lane + l));
-          for (int s = window + p * L; s < window + (p + 1) * L; ++s)
-            for (int l = 0; l < count; ++l)
-              map_push_step<Acc, D>(rec_, batch, s, group_of(tile, first_lane + l), dim(), map_at(maps, p, first_lane + l));
-        });
-      });
+      if (me.p < active - 1) compose_steps(me, batch, tile, first, count, resident, cached, maps);
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, active), [&](int p) {
-        for_lane_rows(team, tile, [&](int first_lane, int count) {
-          Acc x[LanesPerThread * D], y[D];
-          for (int l = 0; l < count; ++l) {
-            const Acc* carry_in = carries + (std::size_t(current) * lanes + first_lane + l) * D;
-            for (int i = 0; i < dim(); ++i) x[l * D + i] = carry_in[i];
-            for (int q = 0; q < p; ++q) {
-              map_apply<Acc, D>(dim(), map_at(maps, q, first_lane + l), x + l * D, y);
-              for (int i = 0; i < dim(); ++i) x[l * D + i] = y[i];
-            }
+      if (count > 0) {
+        Acc x[Rows][D], y[D];
+        PARASEQ_UNROLL
+        for (int r = 0; r < Rows; ++r) {
+          if (r >= me.rows) continue; // unrolled: x stays in registers
+          const int lane = me.first_lane + r;
+          for (int i = 0; i < dim(); ++i) x[r][i] = carry_at(current, lane)[i];
+          for (int q = 0; q < me.p; ++q) {
+            map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
+            for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
           }
-          const int sub_end = Kokkos::min(window_end, window + (p + 1) * L);
-          for (int s = window + p * L; s < sub_end; ++s)
-            for (int l = 0; l < count; ++l) {
-              const int group = group_of(tile, first_lane + l);
-              rec_.affine(batch, s, group, x + l * D, y);
-              rec_.store(batch, s, group, y);
-              for (int i = 0; i < dim(); ++i) x[l * D + i] = y[i];
-            }
-          if (p == active - 1)
-            for (int l = 0; l < count; ++l) {
-              Acc* carry_out = carries + (std::size_t(1 - current) * lanes + first_lane + l) * D;
-              for (int i = 0; i < dim(); ++i) carry_out[i] = x[l * D + i];
-            }
-        });
-      });
+        }
+        run_steps(me, batch, tile, first, count, resident, cached, x);
+        if (me.p == active - 1) {
+          PARASEQ_UNROLL
+          for (int r = 0; r < Rows; ++r)
+            if (r < me.rows)
+              for (int i = 0; i < dim(); ++i) carry_at(1 - current, me.first_lane + r)[i] = x[r][i];
+        }
+      }
       team.team_barrier();
       current = 1 - current;
     }
   }
 
 private:
-  static constexpr int LanesPerThread = lanes_per_thread<Structure, ExecSpace>;
+  // Where a thread works: sub-chunk p, and `rows` live groups of the tile from first_lane on (0
+  // past the last group; such threads still meet every barrier).
+  struct Thread {
+    int p, first_lane, rows;
+  };
+
+  template <class Member>
+  KOKKOS_FUNCTION Thread thread_of(const Member& team, int tile) const {
+    const int row_threads = plan_.lanes / Rows;
+    const int first_lane = team.team_rank() % row_threads * Rows;
+    const int remaining = shape_.groups - group_of(tile, first_lane);
+    return {team.team_rank() / row_threads, first_lane, Kokkos::max(0, Kokkos::min(int(Rows), remaining))};
+  }
+
+  // Loads the maps of steps [first, first + count), 1 <= count <= Batch, for the thread's row. Slots
+  // past `count` and lanes past the last group repeat the last step and group (never used): the
+  // loads stay unconditional, so the compiler issues them together.
+  KOKKOS_FUNCTION void load_batch(const Thread& me, int batch, int tile, int first, int count, StepMaps& cached) const {
+    if (me.rows == 0) return;
+    PARASEQ_UNROLL
+    for (int k = 0; k < Batch; ++k) {
+      const int step = first + Kokkos::min(k, count - 1);
+      PARASEQ_UNROLL
+      for (int r = 0; r < Rows; ++r)
+        load_step_map<Acc, D>(rec_, batch, step, group_of(tile, me.first_lane + Kokkos::min(r, me.rows - 1)), dim(),
+                              cached[k][r]);
+    }
+  }
+
+  // Composes steps [first, first + count) of the thread's row into its maps in team scratch; with
+  // `resident`, `cached` already holds them.
+  KOKKOS_FUNCTION void compose_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
+                                     StepMaps& cached, Acc* maps) const {
+    for (int r = 0; r < me.rows; ++r) map_identity<Acc, D>(dim(), map_at(maps, me.p, me.first_lane + r));
+    if constexpr (Batch > 0) {
+      for (int done = 0; done < count; done += Batch) {
+        const int n = Kokkos::min(int(Batch), count - done);
+        if (!resident) load_batch(me, batch, tile, first + done, n, cached);
+        PARASEQ_UNROLL
+        for (int k = 0; k < Batch; ++k) {
+          if (k >= n) continue;
+          PARASEQ_UNROLL
+          for (int r = 0; r < Rows; ++r)
+            if (r < me.rows) map_prepend<Acc, D>(dim(), cached[k][r], map_at(maps, me.p, me.first_lane + r));
+        }
+      }
+    } else {
+      for (int s = first; s < first + count; ++s)
+        for (int r = 0; r < me.rows; ++r)
+          map_push_step<Acc, D>(rec_, batch, s, group_of(tile, me.first_lane + r), dim(),
+                                map_at(maps, me.p, me.first_lane + r));
+    }
+  }
+
+  // Runs steps [first, first + count) of the thread's row from x, storing every state; x ends as the
+  // last. With `resident`, `cached` already holds the steps' maps.
+  KOKKOS_FUNCTION void run_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
+                                 StepMaps& cached, Acc (&x)[Rows][D]) const {
+    Acc y[D];
+    if constexpr (Batch > 0) {
+      for (int done = 0; done < count; done += Batch) {
+        const int n = Kokkos::min(int(Batch), count - done);
+        if (!resident) load_batch(me, batch, tile, first + done, n, cached);
+        PARASEQ_UNROLL
+        for (int k = 0; k < Batch; ++k) {
+          if (k >= n) continue;
+          PARASEQ_UNROLL
+          for (int r = 0; r < Rows; ++r) {
+            if (r >= me.rows) continue;
+            map_apply<Acc, D>(dim(), cached[k][r], x[r], y);
+            rec_.store(batch, first + done + k, group_of(tile, me.first_lane + r), y);
+            for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+          }
+        }
+      }
+    } else {
+      const int rows = me.rows, first_group = group_of(tile, me.first_lane); // locals: nothing stored aliases them
+      for (int s = first; s < first + count; ++s)
+        for (int r = 0; r < rows; ++r) { // a run-time bound, so that hosts vectorise across the row
+          const int group = first_group + r;
+          rec_.affine(batch, s, group, x[r], y);
+          rec_.store(batch, s, group, y);
+          for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+        }
+    }
+  }
 
   // The group size, a compile-time constant except for Dense.
   KOKKOS_FUNCTION constexpr int dim() const {
@@ -361,17 +480,6 @@ private:
   KOKKOS_FUNCTION int group_of(int tile, int lane) const { return tile * plan_.lanes + lane; }
   KOKKOS_FUNCTION Acc* map_at(Acc* maps, int p, int lane) const {
     return maps + (std::size_t(p) * plan_.lanes + lane) * MapSize;
-  }
-  // Runs body(first_lane, count) once per row of LanesPerThread adjacent lanes of the tile, one row
-  // per vector lane; count excludes lanes past the last group.
-  template <class Member, class Body>
-  KOKKOS_FUNCTION void for_lane_rows(const Member& team, int tile, const Body& body) const {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, plan_.lanes / LanesPerThread), [&](int row) {
-      const int first_lane = row * LanesPerThread;
-      const int remaining = shape_.groups - group_of(tile, first_lane);
-      const int count = remaining < LanesPerThread ? remaining : LanesPerThread;
-      if (count > 0) body(first_lane, count);
-    });
   }
 
   KOKKOS_FUNCTION std::size_t chunk_map_offset(int batch, int chunk, int group) const {
@@ -390,13 +498,13 @@ private:
 
   template <class Tag>
   void launch(const ExecSpace& space, const char* label, std::size_t league, std::size_t scratch_bytes) const {
-    team_policy<Tag> policy(space, int(league), plan_.team_chunks, plan_.vector_length);
+    team_policy<Tag> policy(space, int(league), plan_.team_size);
     policy.set_scratch_size(plan_.scratch_level, Kokkos::PerTeam(scratch_bytes));
     const int team_max = policy.team_size_max(*this, Kokkos::ParallelForTag{});
-    if (plan_.team_chunks > team_max)
+    if (plan_.team_size > team_max)
       throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +
-                                  std::to_string(plan_.team_chunks) + " exceeds the team size this space allows (" +
-                                  std::to_string(team_max) + ")");
+                                  std::to_string(plan_.team_chunks) + " needs " + std::to_string(plan_.team_size) +
+                                  " threads per team; this space allows " + std::to_string(team_max));
     Kokkos::parallel_for(label, policy, *this);
   }
 

@@ -27,14 +27,6 @@
 #include <cstddef>
 #include <string>
 
-// The per-thread arrays stay in registers only if every loop over them is unrolled (used by the
-// fused adjoint too).
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#define PARASEQ_UNROLL _Pragma("unroll")
-#else
-#define PARASEQ_UNROLL
-#endif
-
 namespace paraseq::detail {
 
 // Small groups (diagonal, blocks <= 4) keep each step's (f, J) from the compose phase for the re-run;

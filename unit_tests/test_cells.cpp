@@ -226,6 +226,85 @@ TYPED_TEST(Cells, JacobiansMatchFiniteDifferences) {
   expect_derivatives_consistent<Space>(BlockMeanCell<memory>{9, 0.4}, 40);
 }
 
+// The built-in cells' float arithmetic on the space (on CUDA: the approximate exp and division of
+// docs/numerics.md) against the cells' equations written here in double, over gate inputs from -80
+// to 80: a few 1e-7 per gate, finite everywhere, the exact limits where every gate saturates.
+template <class Space>
+void expect_float_cells_match_equations(bool lstm) {
+  using memory = typename Space::memory_space;
+  constexpr int H = 4096;
+  const int N = lstm ? 2 * H : H;
+  View2<float, Space> a("a", 3, H), p("p", 2, H);
+  View1<float, Space> state("state", N), u("u", 3 * H), next("next", N);
+  fill_uniform(a, -1.5, 1.5, 5);
+  fill_uniform(p, -1.5, 1.5, 6);
+  fill_uniform(state, -1, 1, 7);
+  {
+    auto host_u = Kokkos::create_mirror_view(u);
+    for (int k = 0; k < 3 * H; ++k) host_u(k) = float(-80.0 + 160.0 * ((k * 7919) % (3 * H)) / (3 * H - 1));
+    host_u(0) = host_u(H) = host_u(2 * H) = 80.0f; // group 0: every gate saturated high
+    host_u(1) = host_u(H + 1) = host_u(2 * H + 1) = -80.0f; // group 1: saturated low
+    Kokkos::deep_copy(u, host_u);
+  }
+  const ParaGRU<float, memory> gru{a};
+  const ParaLSTM<float, memory> lstm_cell{a, p};
+  Kokkos::parallel_for(
+      "test::float_cells", Kokkos::RangePolicy<Space>(0, H), KOKKOS_LAMBDA(int g) {
+        float in[3], s[2], out[2];
+        for (int k = 0; k < 3; ++k) in[k] = u(k * H + g);
+        if (lstm) {
+          s[0] = state(2 * g);
+          s[1] = state(2 * g + 1);
+          lstm_cell.step(g, s, in, out);
+          next(2 * g) = out[0];
+          next(2 * g + 1) = out[1];
+        } else {
+          s[0] = state(g);
+          gru.step(g, s, in, out);
+          next(g) = out[0];
+        }
+      });
+  auto A = to_host(a), P = to_host(p), S = to_host(state), U = to_host(u), F = to_host(next);
+  auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  double worst = 0;
+  for (int g = 0; g < H; ++g) {
+    double expected[2];
+    if (lstm) {
+      const double c = S(2 * g), h = S(2 * g + 1);
+      const double f = sigmoid(double(A(0, g)) * h + double(P(0, g)) * c + double(U(g)));
+      const double c_tilde = std::tanh(double(A(1, g)) * h + double(U(H + g)));
+      expected[0] = f * c + (1 - f) * c_tilde;
+      const double o = sigmoid(double(A(2, g)) * h + double(P(1, g)) * expected[0] + double(U(2 * H + g)));
+      expected[1] = o * std::tanh(expected[0]);
+    } else {
+      const double h = S(g);
+      const double z = sigmoid(double(A(0, g)) * h + double(U(g)));
+      const double r = sigmoid(double(A(1, g)) * h + double(U(H + g)));
+      const double c = std::tanh(double(A(2, g)) * (h * r) + double(U(2 * H + g)));
+      expected[0] = z * c + (1 - z) * h;
+    }
+    for (int i = 0; i < (lstm ? 2 : 1); ++i) {
+      const double got = F(lstm ? 2 * g + i : g);
+      ASSERT_TRUE(std::isfinite(got)) << "group " << g;
+      worst = std::max(worst, std::abs(got - expected[i]));
+    }
+  }
+  EXPECT_LE(worst, 1e-6);
+  if (lstm) { // group 0: f = 1 exactly, so c' = c; group 1: f, o < 1e-34 and c~ = -1, so c' = -1, h' ~ 0
+    EXPECT_EQ(F(0), S(0));
+    EXPECT_EQ(F(2), -1.0f);
+    EXPECT_NEAR(F(3), 0.0f, 1e-30);
+  } else { // group 0: z = c = 1, so h' = 1 (to the rounding of h + (1 - h)); group 1: z < 1e-34, so h' = h
+    EXPECT_NEAR(F(0), 1.0f, 1.2e-7);
+    EXPECT_EQ(F(1), S(1));
+  }
+}
+
+TYPED_TEST(Cells, FloatCellsMatchTheirEquationsInDouble) {
+  expect_float_cells_match_equations<TypeParam>(false);
+  expect_float_cells_match_equations<TypeParam>(true);
+}
+
 // Contractive W: rows scaled so that |J| < 1.
 template <class Space>
 View2<double, Space> contractive_matrix(int N, unsigned seed, double bound = 0.9) {

@@ -19,12 +19,34 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <type_traits>
+
 namespace paraseq {
 
 namespace detail {
+// The cells' exponential-based functions. In float on CUDA devices they use the hardware's
+// approximate exp2 and reciprocal (relative error about 2^-21 each) instead of the correctly rounded
+// library functions and division, whose range reduction and special cases were about half of the
+// fused Newton kernel's instructions (docs/numerics.md states the accuracy). Double, hosts, and
+// builds with PARASEQ_PRECISE_CELL_MATH defined use the library functions.
+#if defined(__CUDA_ARCH__) && !defined(PARASEQ_PRECISE_CELL_MATH)
+#define PARASEQ_APPROXIMATE_CELL_MATH 1
+#endif
+
 template <class Acc>
 KOKKOS_INLINE_FUNCTION Acc logistic(Acc x) {
+#ifdef PARASEQ_APPROXIMATE_CELL_MATH
+  if constexpr (std::is_same_v<Acc, float>) return __fdividef(1.0f, 1.0f + __expf(-x)); // 0 and 1 at the extremes
+#endif
   return Acc(1) / (Acc(1) + Kokkos::exp(-x));
+}
+
+template <class Acc>
+KOKKOS_INLINE_FUNCTION Acc tanh(Acc x) {
+#ifdef PARASEQ_APPROXIMATE_CELL_MATH
+  if constexpr (std::is_same_v<Acc, float>) return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x)); // -1 and 1 at the extremes
+#endif
+  return Kokkos::tanh(x);
 }
 } // namespace detail
 
@@ -52,7 +74,7 @@ struct ParaGRU {
   KOKKOS_INLINE_FUNCTION void step(int g, const Acc* h, const Acc* u, Acc* f) const {
     const Acc z = detail::logistic(Acc(a(0, g)) * h[0] + u[0]);
     const Acc r = detail::logistic(Acc(a(1, g)) * h[0] + u[1]);
-    const Acc c = Kokkos::tanh(Acc(a(2, g)) * (h[0] * r) + u[2]);
+    const Acc c = detail::tanh(Acc(a(2, g)) * (h[0] * r) + u[2]);
     f[0] = h[0] + z * (c - h[0]);
   }
 
@@ -61,7 +83,7 @@ struct ParaGRU {
     const Acc a_z = Acc(a(0, g)), a_r = Acc(a(1, g)), a_c = Acc(a(2, g));
     const Acc z = detail::logistic(a_z * h[0] + u[0]);
     const Acc r = detail::logistic(a_r * h[0] + u[1]);
-    const Acc c = Kokkos::tanh(a_c * (h[0] * r) + u[2]);
+    const Acc c = detail::tanh(a_c * (h[0] * r) + u[2]);
     f[0] = h[0] + z * (c - h[0]);
     J[0] = (Acc(1) - z) + (c - h[0]) * z * (Acc(1) - z) * a_z +
            z * (Acc(1) - c * c) * a_c * (r + h[0] * r * (Acc(1) - r) * a_r);
@@ -74,7 +96,7 @@ struct ParaGRU {
     const Acc z = detail::logistic(a_z * h[0] + u[0]);
     const Acc r = detail::logistic(a_r * h[0] + u[1]);
     const Acc q = h[0] * r;
-    const Acc c = Kokkos::tanh(a_c * q + u[2]);
+    const Acc c = detail::tanh(a_c * q + u[2]);
     const Acc d_pre_z = mu[0] * (c - h[0]) * z * (Acc(1) - z);
     const Acc d_pre_c = mu[0] * z * (Acc(1) - c * c);
     const Acc d_q = d_pre_c * a_c;
@@ -166,10 +188,10 @@ private:
     KOKKOS_INLINE_FUNCTION Gates(const ParaLSTM& cell, int g, const Acc* state, const Acc* u)
         : a_f(cell.a(0, g)), a_c(cell.a(1, g)), a_o(cell.a(2, g)), p_f(cell.p(0, g)), p_o(cell.p(1, g)) {
       f = detail::logistic(a_f * state[1] + p_f * state[0] + u[0]);
-      c_tilde = Kokkos::tanh(a_c * state[1] + u[1]);
+      c_tilde = detail::tanh(a_c * state[1] + u[1]);
       c_next = f * state[0] + (Acc(1) - f) * c_tilde;
       o = detail::logistic(a_o * state[1] + p_o * c_next + u[2]);
-      tanh_c = Kokkos::tanh(c_next);
+      tanh_c = detail::tanh(c_next);
     }
   };
 };

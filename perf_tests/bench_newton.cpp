@@ -15,8 +15,6 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
-#include <Kokkos_Random.hpp>
-
 #include <tuple>
 
 namespace {
@@ -31,8 +29,7 @@ constexpr double forward_flops_per_element = 25, backward_flops_per_element = 45
 
 template <class View>
 void fill(const View& view, float bound, unsigned seed) {
-  Kokkos::Random_XorShift64_Pool<Space> pool(seed);
-  Kokkos::fill_random(view, pool, -bound, bound);
+  paraseq::bench::fill_uniform(view, -bound, bound, seed);
 }
 
 struct GruProblem {

@@ -15,10 +15,7 @@ paraseq::ScanConfig decomposition(std::int64_t mode) {
   return mode == 1 ? paraseq::sequential_scan_config : paraseq::ScanConfig{};
 }
 
-void fill(const auto& view, float lo, float hi) {
-  Kokkos::Random_XorShift64_Pool<Space> pool(12345);
-  Kokkos::fill_random(view, pool, lo, hi);
-}
+void fill(const auto& view, float lo, float hi) { paraseq::bench::fill_uniform(view, lo, hi, 12345); }
 
 // Diagonal A: [1, T, B*N] (the scan does not distinguish batch from channel for a diagonal A).
 template <bool Reverse>

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 
 namespace paraseq::bench {
 
@@ -31,6 +32,20 @@ void time_fenced(benchmark::State& state, double bytes, double flops, Work&& wor
   state.counters["flops"] = flops;
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Fills a contiguous View with uniform values in [lo, hi) from `seed`. Kokkos::fill_random
+// parallelises over the first extent only (128 rows per thread), so it would fill a [16, 4096, 3072]
+// View, or a scan's [1, T, N], with a single GPU thread, for seconds per benchmark run (the cause of
+// the runs that made no progress on the H200 in sessions 2 and 3); the flat view of the span spreads
+// the draws over the whole device.
+template <class View>
+void fill_uniform(const View& view, typename View::const_value_type lo, typename View::const_value_type hi, unsigned seed) {
+  if (!view.span_is_contiguous()) throw std::invalid_argument("paraseq::bench::fill_uniform: the View must be contiguous");
+  Kokkos::View<typename View::non_const_value_type*, typename View::memory_space, Kokkos::MemoryUnmanaged> flat(
+      view.data(), view.span());
+  Kokkos::Random_XorShift64_Pool<Space> pool(seed);
+  Kokkos::fill_random(flat, pool, lo, hi);
 }
 
 // Registers a benchmark with the conventions above (manual time, median-friendly repetitions).

@@ -83,6 +83,26 @@ void gru_shapes(benchmark::internal::Benchmark* bench) {
 PARASEQ_BENCHMARK(gru_forward)->Apply(gru_shapes);
 PARASEQ_BENCHMARK(gru_forward_backward)->Apply(gru_shapes);
 
+// The fused forward at the anchor shape with P threads per lane (NewtonConfig::fused_team_threads),
+// so that the device rule choosing P can be checked against its neighbours in one run.
+void gru_forward_fused_threads(benchmark::State& state) {
+  const int B = 16, T = 4096, H = 1024;
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
+  config.mode = paraseq::NewtonMode::fused;
+  config.fused_team_threads = int(state.range(0));
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+    paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
+  });
+}
+void fused_thread_counts(benchmark::internal::Benchmark* bench) {
+  bench->ArgName("P");
+  if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) bench->Arg(1); // hosts: one thread per window
+  else bench->DenseRange(2, 16, 2)->Arg(5);
+}
+PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
+
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {
   const int M = int(state.range(0)), D = int(state.range(1)), U = int(state.range(2));

@@ -434,16 +434,18 @@ long count_running(const Space& space, const StatusView& status) {
 
 // The loop: one launch that also sets up and reports (fused), or an init launch and one launch per
 // step (stepped), calling the observer after each.
-template <class Kernel, class Space, class Observer>
-void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode mode, int fixed_steps,
-                 const Observer& observer) {
+template <class Kernel, class Space>
+void run_fused(const Space& space, const Kernel& kernel, int begin, int end) {
   constexpr bool adaptive = decltype(kernel.stepping)::adaptive;
   const int blocks = int(paraseq::detail::ceil_div(end - begin, Kernel::lanes));
-  if (mode == LoopMode::fused) {
-    Kokkos::parallel_for("paraseq::ode::fused",
-                         trajectory_policy<adaptive, Space, typename Kernel::FusedTag>(space, 0, blocks), kernel);
-    return;
-  }
+  Kokkos::parallel_for("paraseq::ode::fused", trajectory_policy<adaptive, Space, typename Kernel::FusedTag>(space, 0, blocks),
+                       kernel);
+}
+
+template <class Kernel, class Space, class Observer>
+void run_stepped(const Space& space, Kernel kernel, int begin, int end, int fixed_steps, const Observer& observer) {
+  constexpr bool adaptive = decltype(kernel.stepping)::adaptive;
+  const int blocks = int(paraseq::detail::ceil_div(end - begin, Kernel::lanes));
   Kokkos::parallel_for("paraseq::ode::init", trajectory_policy<false, Space, typename Kernel::InitTag>(space, begin, end),
                        kernel);
   kernel.iterations = 1;
@@ -455,6 +457,13 @@ void run_forward(const Space& space, Kernel kernel, int begin, int end, LoopMode
           launch, kernel.carry.y, kernel.carry.t, kernel.carry.status});
     }
   }
+}
+
+template <class Kernel, class Space, class Observer>
+void run_forward(const Space& space, const Kernel& kernel, int begin, int end, LoopMode mode, int fixed_steps,
+                 const Observer& observer) {
+  if (mode == LoopMode::fused) run_fused(space, kernel, begin, end);
+  else run_stepped(space, kernel, begin, end, fixed_steps, observer);
 }
 
 // The three per-trajectory Views of a report in one allocation (or piece of the workspace).
@@ -514,17 +523,19 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
                                                   Staging<Space>& staging, WorkspaceArena* arena = nullptr) {
   int fixed_steps = 0;
   if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
-  CarryViews<T, Space> carry;
   Report<typename Space::memory_space> report;
-  if (mode == LoopMode::fused) report = allocate_report(space, N, arena);
-  else {
-    carry = CarryViews<T, Space>(space, N, n);
-    report = {carry.status, carry.step, carry.rejected};
-  }
   with_capacity<Field>(n, [&](auto capacity) {
-    using Kernel = Forward<Method, Field, T, decltype(capacity)::value, Space, Stepping, false>;
-    run_forward(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0, report_rows<Space>(report)}, 0, N, mode,
-                fixed_steps, observer);
+    constexpr int C = decltype(capacity)::value;
+    if (mode == LoopMode::fused) {
+      report = allocate_report(space, N, arena);
+      using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, false>;
+      run_fused(space, Kernel{field, n, data, stepping, {}, {}, 0, N, 0, report_rows<Space>(report)}, 0, N);
+    } else {
+      CarryViews<T, Space> carry(space, N, n);
+      report = {carry.status, carry.step, carry.rejected};
+      using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, true>;
+      run_stepped(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0, {}}, 0, N, fixed_steps, observer);
+    }
   });
   summarize(fn, space, report, throw_on_failure, &staging);
   return report;

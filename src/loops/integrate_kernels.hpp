@@ -360,7 +360,14 @@ struct ReportRows {
   int* rejected = nullptr;
 };
 
-template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool Checkpointing>
+// Stands for the carry Views or the checkpoints in a kernel that has none: the fused solve()
+// kernel stays small enough (under Kokkos' 512 bytes) to be launched with its arguments rather
+// than through constant memory, which costs a copy and a wait on the previous such launch.
+struct NoStorage {};
+
+// Carried: the kernel has carry Views (the stepped mode, gradients); Checkpointing: checkpoints.
+template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool Checkpointing,
+          bool Carried = true>
 struct Forward {
   using Params = ParametersFor<Field, T>;
   using Rk = RkStep<Method, Field, T, Capacity, Params>;
@@ -372,8 +379,8 @@ struct Forward {
   int runtime_n;
   ForwardData<T> data;
   Stepping stepping;
-  CarryViews<T, Space> carry; // stepped mode and gradients; empty for a fused solve()
-  Checkpoints<T, Space> checkpoints;
+  std::conditional_t<Carried, CarryViews<T, Space>, NoStorage> carry;
+  std::conditional_t<Checkpointing, Checkpoints<T, Space>, NoStorage> checkpoints;
   int begin, end; // the chunk's trajectories: carry row = trajectory - begin
   int iterations; // steps (adaptive: attempts) per launch of the stepped mode
   ReportRows report; // written by the fused mode
@@ -590,7 +597,7 @@ struct Forward {
         report.accepted[traj] = carries[l].step;
         report.rejected[traj] = carries[l].rejected;
       }
-      if (carry.status.data()) carry.store(traj - begin, size(), carries[l]);
+      if constexpr (Carried) carry.store(traj - begin, size(), carries[l]);
     }
   }
 };

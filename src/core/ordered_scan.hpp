@@ -34,6 +34,7 @@
 // Materialised Views are one implementation (linear_scan.hpp); solvers build (L_s, c_s) on the fly.
 
 #include <paraseq/core/structure.hpp>
+#include <paraseq/core/team_policy.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -78,7 +79,6 @@ struct ScanPlan {
   int chunk_steps = 0;   // steps per time chunk (the last may be shorter)
   int lanes = 1;         // groups per team
   int team_size = 1;     // threads per team: P x lanes / lanes_per_thread
-  int scratch_level = 0;
 };
 
 namespace detail {
@@ -256,9 +256,7 @@ public:
   using buffer_view = Kokkos::View<Acc*, typename ExecSpace::memory_space>;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   template <class Tag>
-  using team_policy = Kokkos::TeamPolicy<ExecSpace, Tag>;
-  template <class Tag>
-  using member_type = typename team_policy<Tag>::member_type;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace, Tag>::member_type;
 
   OrderedScan(const ScanShape& shape, const ScanPlan& plan, const Recurrence& rec)
       : shape_(shape), plan_(plan), rec_(rec), d_(shape.group_size),
@@ -291,7 +289,7 @@ public:
     const int batch = team.league_rank() / chunks / tiles_;
     const int P = plan_.team_chunks, slice = int(ceil_div(plan_.chunk_steps, P));
     const Thread me = thread_of(team, tile);
-    scratch_view scratch(team.team_scratch(plan_.scratch_level), std::size_t(P) * plan_.lanes * MapSize);
+    scratch_view scratch(team.team_scratch(0), std::size_t(P) * plan_.lanes * MapSize);
     Acc* const maps = scratch.data(); // [P][lanes][MapSize]
 
     // Chunks before the last are full: chunk_steps steps each.
@@ -332,7 +330,7 @@ public:
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
     const int P = plan_.team_chunks, L = plan_.chunk_length, lanes = plan_.lanes;
     const Thread me = thread_of(team, tile);
-    scratch_view scratch(team.team_scratch(plan_.scratch_level), apply_scratch_count());
+    scratch_view scratch(team.team_scratch(0), apply_scratch_count());
     Acc* const maps = scratch.data();                             // [P][lanes][MapSize]
     Acc* const carries = maps + std::size_t(P) * lanes * MapSize; // [2][lanes][D]
     auto carry_at = [&](int which, int lane) { return carries + (std::size_t(which) * lanes + lane) * D; };
@@ -498,8 +496,7 @@ private:
 
   template <class Tag>
   void launch(const ExecSpace& space, const char* label, std::size_t league, std::size_t scratch_bytes) const {
-    team_policy<Tag> policy(space, int(league), plan_.team_size);
-    policy.set_scratch_size(plan_.scratch_level, Kokkos::PerTeam(scratch_bytes));
+    const auto policy = detail::team_policy<ExecSpace, Tag>(space, int(league), plan_.team_size, scratch_bytes);
     const int team_max = policy.team_size_max(*this, Kokkos::ParallelForTag{});
     if (plan_.team_size > team_max)
       throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +

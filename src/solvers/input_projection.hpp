@@ -97,9 +97,8 @@ void tiled_gemm(const ExecSpace& space, bool transpose_a, bool transpose_b, type
   if (M == 0 || N == 0) return;
   const int column_tiles = int(ceil_div(N, gemm_t::TN));
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  Kokkos::TeamPolicy<ExecSpace> policy(space, int(ceil_div(M, gemm_t::TM)) * column_tiles, on_host ? 1 : 8,
-                                       on_host ? 1 : gemm_t::TN);
-  policy.set_scratch_size(0, Kokkos::PerTeam(gemm_t::scratch_view::shmem_size(gemm_t::scratch_count)));
+  const auto policy = team_policy(space, int(ceil_div(M, gemm_t::TM)) * column_tiles, on_host ? 1 : 8,
+                                  gemm_t::scratch_view::shmem_size(gemm_t::scratch_count), on_host ? 1 : gemm_t::TN);
   Kokkos::parallel_for("paraseq::tiled_gemm", policy,
                        gemm_t{A, B, C, transpose_a, transpose_b, alpha, beta, M, N, K, column_tiles});
 }

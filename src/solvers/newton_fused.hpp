@@ -272,8 +272,8 @@ struct FusedNewton {
 
 // The team scratch a fused kernel (this forward, or the adjoint of newton_fused_adjoint.hpp) asks for.
 template <class Acc, class ExecSpace, class Functor>
-auto fused_scratch(const Functor& functor) {
-  return Kokkos::PerTeam(Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count()));
+std::size_t fused_scratch_bytes(const Functor& functor) {
+  return Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count());
 }
 
 // Fits a plan to the team size limit that a fused kernel's registers and scratch allow (`probe` is
@@ -282,9 +282,8 @@ auto fused_scratch(const Functor& functor) {
 template <class Acc, class ExecSpace, class Functor>
 FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, const NewtonConfig& config,
                          const Functor& probe) {
-  const int team_max = Kokkos::TeamPolicy<ExecSpace>(space, league, 1)
-                           .set_scratch_size(0, fused_scratch<Acc, ExecSpace>(probe))
-                           .team_size_max(probe, Kokkos::ParallelForTag{});
+  const int team_max =
+      team_policy(space, league, 1, fused_scratch_bytes<Acc, ExecSpace>(probe)).team_size_max(probe, Kokkos::ParallelForTag{});
   if (plan.team_chunks * plan.lanes <= team_max) return plan;
   if (config.fused_team_threads > 0 || config.fused_window > 0)
     throw_invalid(newton_fn, config.fused_team_threads > 0 ? "config.fused_team_threads" : "config.fused_window",
@@ -299,9 +298,10 @@ FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, con
 // Runs a fused kernel with one team per (batch element, tile) and the team its plan asks for.
 template <class Acc, class ExecSpace, class Functor>
 void launch_fused(const char* label, const ExecSpace& space, int league, const Functor& functor) {
-  Kokkos::TeamPolicy<ExecSpace> policy(space, league, functor.plan.team_chunks * functor.plan.lanes);
-  policy.set_scratch_size(0, fused_scratch<Acc, ExecSpace>(functor));
-  Kokkos::parallel_for(label, policy, functor);
+  Kokkos::parallel_for(label,
+                       team_policy(space, league, functor.plan.team_chunks * functor.plan.lanes,
+                                   fused_scratch_bytes<Acc, ExecSpace>(functor)),
+                       functor);
 }
 
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>

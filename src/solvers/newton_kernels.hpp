@@ -247,7 +247,7 @@ void compute_residual(const ExecSpace& space, const Cell& cell, const UView& u, 
       Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_residual_slices"),
       std::size_t(shape.batch) * slices);
   using slices_t = ResidualSlices<Acc, ExecSpace, Cell, UView, Iterate>;
-  Kokkos::parallel_for("paraseq::newton_residual", Kokkos::TeamPolicy<ExecSpace>(space, shape.batch * slices, Kokkos::AUTO),
+  Kokkos::parallel_for("paraseq::newton_residual", team_policy(space, shape.batch * slices, Kokkos::AUTO),
                        slices_t{cell, u, iterate, slice_max, shape.steps, shape.groups, shape.group_size, slices,
                                 std::numeric_limits<double>::infinity()});
   Kokkos::parallel_for("paraseq::newton_convergence", Kokkos::RangePolicy<ExecSpace>(space, 0, shape.batch),

@@ -13,7 +13,9 @@
 // Loops: one thread per trajectory runs the whole time loop in one kernel (LoopMode::fused, the
 // default) or one step per launch (LoopMode::stepped), so that an observer can run on the host
 // between steps; both give the same bits. Neither unrolls the time loop: its length costs run time,
-// never compile time. Zero steps (or t_end = t0) return y0 (and observations at t0).
+// never compile time. Zero steps (or t_end = t0) return y0 (and observations at t0). Fixed steps of
+// dt (count, until) form a uniform mesh that the kernels compute rather than load. A fused solve()
+// allocates only its report (or nothing, given SolveOptions::workspace: see solve_workspace_bytes).
 //
 // Adaptive steps (Heun, BogackiShampine3, DormandPrince5, Tsit5): each trajectory has its own step
 // size and a Status. A trajectory that fails (max_steps, step_too_small, non_finite) stops; its

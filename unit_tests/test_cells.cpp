@@ -264,7 +264,8 @@ void expect_float_cells_match_equations(bool lstm) {
           next(g) = out[0];
         }
       });
-  auto A = to_host(a), P = to_host(p), S = to_host(state), U = to_host(u), F = to_host(next);
+  const auto A = to_host(a), P = to_host(p);
+  const auto S = to_host(state), U = to_host(u), F = to_host(next);
   auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
   double worst = 0;
   for (int g = 0; g < H; ++g) {

@@ -215,9 +215,13 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
   // Predicted time of G time chunks, in plain steps per thread: summaries of G-1 chunks, then all G.
   const double steps = std::max(1, shape.steps);
   const double team_threads = threads_per_team * plan.team_chunks;
+  // Threads beyond `useful` no longer shorten a pass: a host's cores, or on a device the quarter of its
+  // resident threads at which loads saturate memory (H200: the one-pass plan over 2^16 channels
+  // moved 98% of the copy bandwidth with 2^16 threads, and four time chunks took 2.3x as long).
+  const double useful = on_host ? concurrency : concurrency / 4;
   auto predicted = [&](long G) {
-    const double busy_summary = std::min(concurrency, teams * (G - 1) * team_threads);
-    const double busy_apply = std::min(concurrency, teams * G * team_threads);
+    const double busy_summary = std::min(useful, teams * (G - 1) * team_threads);
+    const double busy_apply = std::min(useful, teams * G * team_threads);
     const double total_threads = teams * team_threads;
     const double summary = G > 1 ? total_threads * steps * (G - 1) / G * compose_cost / busy_summary : 0;
     return summary + total_threads * steps / busy_apply;
@@ -262,8 +266,11 @@ public:
       : shape_(shape), plan_(plan), rec_(rec), d_(shape.group_size),
         tiles_(int(ceil_div(shape.groups, plan.lanes))) {}
 
-  void run(const ExecSpace& space) {
+  // `team_chunks_requested`: P came from ScanConfig, so a P that does not fit is an error rather
+  // than something to shrink.
+  void run(const ExecSpace& space, bool team_chunks_requested) {
     if (shape_.batch == 0 || shape_.steps == 0 || shape_.groups == 0) return;
+    fit_team_size(space, team_chunks_requested);
     const int G = plan_.time_chunks;
     if (G > 1) {
       const std::size_t per_chunk = std::size_t(shape_.batch) * shape_.groups;
@@ -494,15 +501,29 @@ private:
     return scratch_view::shmem_size(std::size_t(plan_.team_chunks) * plan_.lanes * MapSize);
   }
 
+  // The team size the kernels' registers and scratch allow on `space` decides P in the end: a
+  // planned P above it halves until it fits (plan_scan cannot see a Recurrence's registers).
+  void fit_team_size(const ExecSpace& space, bool requested) {
+    auto team_max = [&] {
+      int limit = team_policy<ExecSpace, ApplyTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
+      if (plan_.time_chunks > 1)
+        limit = Kokkos::min(limit, team_policy<ExecSpace, SummarizeTag>(space, 1, 1, summarize_scratch_bytes())
+                                       .team_size_max(*this, Kokkos::ParallelForTag{}));
+      return limit;
+    };
+    for (int limit = team_max(); plan_.team_size > limit; limit = team_max()) {
+      if (requested || plan_.team_chunks == 1)
+        throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +
+                                    std::to_string(plan_.team_chunks) + " needs " + std::to_string(plan_.team_size) +
+                                    " threads per team; this space allows " + std::to_string(limit));
+      plan_.team_size /= 2;
+      plan_.team_chunks /= 2;
+    }
+  }
+
   template <class Tag>
   void launch(const ExecSpace& space, const char* label, std::size_t league, std::size_t scratch_bytes) const {
-    const auto policy = detail::team_policy<ExecSpace, Tag>(space, int(league), plan_.team_size, scratch_bytes);
-    const int team_max = policy.team_size_max(*this, Kokkos::ParallelForTag{});
-    if (plan_.team_size > team_max)
-      throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +
-                                  std::to_string(plan_.team_chunks) + " needs " + std::to_string(plan_.team_size) +
-                                  " threads per team; this space allows " + std::to_string(team_max));
-    Kokkos::parallel_for(label, policy, *this);
+    Kokkos::parallel_for(label, team_policy<ExecSpace, Tag>(space, int(league), plan_.team_size, scratch_bytes), *this);
   }
 
   ScanShape shape_;
@@ -525,7 +546,7 @@ void ordered_scan(const ExecSpace& space, const ScanShape& shape, const Recurren
   static_assert(is_structure_v<Structure>, "paraseq::ordered_scan: Structure must be Diagonal, BlockDiagonal<K> or Dense");
   static_assert(std::is_floating_point_v<Acc>, "paraseq::ordered_scan: the accumulation type must be float or double");
   const ScanPlan plan = plan_scan<Structure, Acc>(space, shape, config);
-  detail::OrderedScan<Structure, Acc, ExecSpace, Recurrence>(shape, plan, rec).run(space);
+  detail::OrderedScan<Structure, Acc, ExecSpace, Recurrence>(shape, plan, rec).run(space, config.team_chunks > 0);
 }
 
 } // namespace paraseq

@@ -183,17 +183,28 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
     newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
     return stats.mode;
   };
+  // Below the sequential threshold: on a host fused when the sequence fits one window; on a device
+  // fused only when B x groups x 128 reaches the resident threads (measured), newton otherwise.
+  auto parallel_mode = [&](int B, int groups, bool fits_window) {
+    if (on_host) return fits_window ? NewtonMode::fused : NewtonMode::newton;
+    return double(B) * groups * 128 >= concurrency ? NewtonMode::fused : NewtonMode::newton;
+  };
   // The measured default: on a host Newton must beat 2.5 K times the loop's work per step.
   EXPECT_EQ(mode_for(concurrency, 50, 1, NewtonConfig{}), NewtonMode::sequential);
   EXPECT_EQ(mode_for(1, 50, 1, NewtonConfig{}),
-            (on_host ? 7.5 : 1.0) >= concurrency ? NewtonMode::sequential : NewtonMode::fused);
+            (on_host ? 7.5 : 1.0) >= concurrency ? NewtonMode::sequential : parallel_mode(1, 1, true));
+  if (!on_host) { // enough groups for the fused kernel, too few to fill the device one per thread
+    const int B = (concurrency + 127) / 128;
+    EXPECT_EQ(mode_for(B, 50, 1, NewtonConfig{}), NewtonMode::fused);
+    EXPECT_EQ(mode_for(B / 2, 50, 1, NewtonConfig{}), NewtonMode::newton);
+  }
 
   // With a ratio below one even a single (batch, group) leaves Newton the better choice.
   NewtonConfig cheap;
   cheap.auto_work_ratio = 0.5;
   EXPECT_EQ(mode_for(2, 50, concurrency, cheap), NewtonMode::sequential); // 2 x concurrency x 0.5 fills it
-  EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::fused);               // fits one window
-  EXPECT_EQ(mode_for(1, 5000, 1, cheap), on_host ? NewtonMode::newton : NewtonMode::fused);
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true));      // fits one window on a host
+  EXPECT_EQ(mode_for(1, 5000, 1, cheap), parallel_mode(1, 1, false));
   cheap.residual_atol = 1e-9;
   EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton); // the fused mode has no early stop
 }

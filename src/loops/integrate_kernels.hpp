@@ -487,6 +487,17 @@ struct Forward {
     if (c.status != status_running) finish(traj, c);
   }
 
+  // One step (or attempt) of every lane of a block that is still running; false once none is.
+  KOKKOS_FORCEINLINE_FUNCTION bool advance_running(int first, int count, C* carries, const Params* params) const {
+    bool running = false;
+    for (int l = 0; l < count; ++l)
+      if (carries[l].status == status_running) {
+        advance(first + l, carries[l], params[l]);
+        running = true;
+      }
+    return running;
+  }
+
   // The stepped mode: runs the trajectories of one block of `lanes` for `iterations` steps, step by
   // step in lockstep: on a host core their independent steps overlap in the pipeline, where one
   // trajectory alone waits on each result.
@@ -499,14 +510,7 @@ struct Forward {
       carry.load(first + l - begin, size(), carries[l]);
       params[l] = data.template parameters_of<Field>(first + l);
     }
-    for (int it = 0; it < iterations; ++it) {
-      bool running = false;
-      for (int l = 0; l < count; ++l)
-        if (carries[l].status == status_running) {
-          advance(first + l, carries[l], params[l]);
-          running = true;
-        }
-      if (!running) break;
+    for (int it = 0; it < iterations && advance_running(first, count, carries, params); ++it) {
     }
     for (int l = 0; l < count; ++l) carry.store(first + l - begin, size(), carries[l]);
   }
@@ -578,14 +582,7 @@ struct Forward {
       start(first + l, Rk{field, runtime_n, params[l]}, carries[l]);
     }
     if constexpr (Stepping::adaptive) {
-      for (;;) {
-        bool running = false;
-        for (int l = 0; l < count; ++l)
-          if (carries[l].status == status_running) {
-            advance(first + l, carries[l], params[l]);
-            running = true;
-          }
-        if (!running) break;
+      while (advance_running(first, count, carries, params)) {
       }
     } else {
       run_fixed(first, count, carries, params);

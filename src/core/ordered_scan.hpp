@@ -418,23 +418,33 @@ private:
     }
   }
 
+  // Calls body(step map, row, step) for steps [first, first + count) of the thread's row, in order,
+  // a batch at a time; each batch is loaded into `cached` unless `resident` (then it is there already).
+  template <class Body>
+  KOKKOS_FORCEINLINE_FUNCTION void for_cached_steps(const Thread& me, int batch, int tile, int first, int count,
+                                                    bool resident, StepMaps& cached, const Body& body) const {
+    for (int done = 0; done < count; done += Batch) {
+      const int n = Kokkos::min(int(Batch), count - done);
+      if (!resident) load_batch(me, batch, tile, first + done, n, cached);
+      PARASEQ_UNROLL
+      for (int k = 0; k < Batch; ++k) {
+        if (k >= n) continue; // unrolled: a guard, not a loop exit
+        PARASEQ_UNROLL
+        for (int r = 0; r < Rows; ++r)
+          if (r < me.rows) body(cached[k][r], r, first + done + k);
+      }
+    }
+  }
+
   // Composes steps [first, first + count) of the thread's row into its maps in team scratch; with
   // `resident`, `cached` already holds them.
   KOKKOS_FUNCTION void compose_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
                                      StepMaps& cached, Acc* maps) const {
     for (int r = 0; r < me.rows; ++r) map_identity<Acc, D>(dim(), map_at(maps, me.p, me.first_lane + r));
     if constexpr (Batch > 0) {
-      for (int done = 0; done < count; done += Batch) {
-        const int n = Kokkos::min(int(Batch), count - done);
-        if (!resident) load_batch(me, batch, tile, first + done, n, cached);
-        PARASEQ_UNROLL
-        for (int k = 0; k < Batch; ++k) {
-          if (k >= n) continue;
-          PARASEQ_UNROLL
-          for (int r = 0; r < Rows; ++r)
-            if (r < me.rows) map_prepend<Acc, D>(dim(), cached[k][r], map_at(maps, me.p, me.first_lane + r));
-        }
-      }
+      for_cached_steps(me, batch, tile, first, count, resident, cached, [&](const Acc* step_map, int r, int) {
+        map_prepend<Acc, D>(dim(), step_map, map_at(maps, me.p, me.first_lane + r));
+      });
     } else {
       for (int s = first; s < first + count; ++s)
         for (int r = 0; r < me.rows; ++r)
@@ -449,21 +459,11 @@ private:
                                  StepMaps& cached, Acc (&x)[Rows][D]) const {
     Acc y[D];
     if constexpr (Batch > 0) {
-      for (int done = 0; done < count; done += Batch) {
-        const int n = Kokkos::min(int(Batch), count - done);
-        if (!resident) load_batch(me, batch, tile, first + done, n, cached);
-        PARASEQ_UNROLL
-        for (int k = 0; k < Batch; ++k) {
-          if (k >= n) continue;
-          PARASEQ_UNROLL
-          for (int r = 0; r < Rows; ++r) {
-            if (r >= me.rows) continue;
-            map_apply<Acc, D>(dim(), cached[k][r], x[r], y);
-            rec_.store(batch, first + done + k, group_of(tile, me.first_lane + r), y);
-            for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
-          }
-        }
-      }
+      for_cached_steps(me, batch, tile, first, count, resident, cached, [&](const Acc* step_map, int r, int step) {
+        map_apply<Acc, D>(dim(), step_map, x[r], y);
+        rec_.store(batch, step, group_of(tile, me.first_lane + r), y);
+        for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+      });
     } else {
       const int rows = me.rows, first_group = group_of(tile, me.first_lane); // locals: nothing stored aliases them
       for (int s = first; s < first + count; ++s)

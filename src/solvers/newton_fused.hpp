@@ -157,17 +157,40 @@ struct FusedNewton {
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
+  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D] and
+  // the lanes' carries [lanes][D].
+  struct Scratch {
+    Acc* maps;
+    Acc* boundary;
+    Acc* carry; // this thread's lane
+  };
+
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const int d = fused_group_size<Cell>(shape);
-    const int lanes = plan.lanes;
     const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
-    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     scratch_view scratch(team.team_scratch(0), scratch_count());
-    Acc* const maps = scratch.data();                                          // [P][lanes][MapSize]
-    Acc* const boundary = maps + std::size_t(plan.team_chunks) * lanes * MapSize; // [P][lanes][D]
-    Acc* const carry = boundary + std::size_t(plan.team_chunks) * lanes * D + lane * D; // [lanes][D]
-    auto map_of = [&](int q) { return maps + (std::size_t(q) * lanes + lane) * MapSize; };
-    auto boundary_of = [&](int q) { return boundary + (std::size_t(q) * lanes + lane) * D; };
+    const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
+    const Scratch shared{scratch.data(), scratch.data() + threads * MapSize,
+                         scratch.data() + threads * (MapSize + D) + me.lane * D};
+    const int d = fused_group_size<Cell>(shape);
+    if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
+    // A window in which every thread holds a full chunk (the same decision for the whole team)
+    // runs without the per-step guards, so the compiler can interleave the steps' independent work.
+    for (int start = 0; start < shape.steps; start += plan.window) {
+      if (plan.chunk_length == Capacity && start + plan.window <= shape.steps) run_window<true>(team, me, shared, start);
+      else run_window<false>(team, me, shared, start);
+    }
+  }
+
+  template <bool Full>
+  KOKKOS_INLINE_FUNCTION void run_window(const member_type& team, const FusedThread& me, const Scratch& shared,
+                                         int start) const {
+    const int d = fused_group_size<Cell>(shape);
+    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
+    auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
+    auto boundary_of = [&](int q) { return shared.boundary + (std::size_t(q) * plan.lanes + lane) * D; };
+    const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
+    const int active = Full ? plan.team_chunks : chunk.active, first = chunk.first, count = Full ? Capacity : chunk.count;
+    const bool working = me.live && count > 0;
 
     // This thread's chunk: inputs, iterate and cached (f, J) of up to Capacity steps.
     Acc in[Capacity][Inputs], x[Capacity][D];
@@ -180,92 +203,101 @@ struct FusedNewton {
       for (int i = 0; i < d; ++i) target[i] = last[i];
     };
 
-    if (me.live && p == 0) load_initial<Acc>(h0, b, g * d, d, carry);
-    for (int start = 0; start < shape.steps; start += plan.window) {
-      const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
-      const int active = chunk.active, first = chunk.first, count = chunk.count;
-      const bool working = me.live && count > 0;
-      if (working) {
+    if (working) {
+      // All loads first, so that they are in flight together.
+      PARASEQ_UNROLL
+      for (int s = 0; s < Capacity; ++s) {
+        if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+        gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
+        if (guess == InitialGuess::given)
+          for (int i = 0; i < d; ++i) x[s][i] = Acc(h(b, first + s, g * d + i));
+      }
+      if (guess == InitialGuess::cell_at_zero) {
         PARASEQ_UNROLL
         for (int s = 0; s < Capacity; ++s) {
-          if (s >= count) continue; // unrolled: a guard, not a loop exit
-          gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
-          if (guess == InitialGuess::cell_at_zero) {
-            const Acc zero[D] = {};
-            cell.step(g, zero, in[s], x[s]);
-          } else
-            for (int i = 0; i < d; ++i) x[s][i] = guess == InitialGuess::zeros ? Acc(0) : Acc(h(b, first + s, g * d + i));
+          if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+          const Acc zero[D] = {};
+          cell.step(g, zero, in[s], x[s]);
           for (int i = 0; i < d; ++i) last[i] = x[s][i];
         }
-        publish_last(boundary_of(p));
-      }
-      team.team_barrier();
-
-      for (int iteration = 0; iteration < iterations; ++iteration) {
-        if (working)
-          for (int i = 0; i < d; ++i) entering[i] = p == 0 ? carry[i] : boundary_of(p - 1)[i];
-        // Compose. The last thread's map is never used: it linearises only to fill its cache.
-        if (working && (Cached || p < active - 1)) {
-          Acc map[MapSize];
-          map_identity<Acc, D>(d, map);
-          PARASEQ_UNROLL
-          for (int s = 0; s < Capacity; ++s) {
-            if (s >= count) continue; // unrolled: a guard, not a loop exit
-            Acc f[D], J[D * D];
-            cell.linearize(g, s == 0 ? entering : x[s - 1], in[s], f, J);
-            map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
-            if constexpr (Cached) {
-              for (int i = 0; i < d; ++i) cached_f[s][i] = f[i];
-              for (int i = 0; i < d * d; ++i) cached_J[s][i] = J[i];
-            }
-          }
-          if (p < active - 1)
-            for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
-        }
-        team.team_barrier();
-        // Re-run: delta enters thread p through the maps of threads 0 .. p-1.
-        if (working) {
-          Acc delta[D] = {}, next[D], previous[D];
-          for (int q = 0; q < p; ++q) {
-            map_apply<Acc, D>(d, map_of(q), delta, next);
-            for (int i = 0; i < d; ++i) delta[i] = next[i];
-          }
-          for (int i = 0; i < d; ++i) previous[i] = entering[i];
-          PARASEQ_UNROLL
-          for (int s = 0; s < Capacity; ++s) {
-            if (s >= count) continue; // unrolled: a guard, not a loop exit
-            Acc f[D], J[D * D];
-            if constexpr (Cached) {
-              for (int i = 0; i < d; ++i) f[i] = cached_f[s][i];
-              for (int i = 0; i < d * d; ++i) J[i] = cached_J[s][i];
-            } else
-              cell.linearize(g, previous, in[s], f, J); // the compose phase's arguments
-            small_matvec(d, J, delta, next, false);
-            for (int i = 0; i < d; ++i) {
-              delta[i] = next[i] + f[i] - x[s][i];
-              previous[i] = x[s][i];
-              x[s][i] += omega * delta[i];
-              last[i] = x[s][i];
-            }
-          }
-        }
-        // Publish the new last states for the next iteration; after the last one, only the carry
-        // (thread 0 read it before this iteration's barrier, and reads it again after the next
-        // window's first barrier).
-        if (iteration + 1 < iterations) {
-          if (working) publish_last(boundary_of(p));
-          team.team_barrier();
-        }
-      }
-
-      if (working) {
+      } else {
         PARASEQ_UNROLL
         for (int s = 0; s < Capacity; ++s) {
-          if (s >= count) continue; // unrolled: a guard, not a loop exit
-          for (int i = 0; i < d; ++i) h(b, first + s, g * d + i) = typename HView::value_type(x[s][i]);
+          if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+          for (int i = 0; i < d; ++i) {
+            if (guess == InitialGuess::zeros) x[s][i] = Acc(0);
+            last[i] = x[s][i];
+          }
         }
-        if (p == active - 1) publish_last(carry);
       }
+      publish_last(boundary_of(p));
+    }
+    team.team_barrier();
+
+    for (int iteration = 0; iteration < iterations; ++iteration) {
+      if (working)
+        for (int i = 0; i < d; ++i) entering[i] = p == 0 ? shared.carry[i] : boundary_of(p - 1)[i];
+      // Compose. The last thread's map is never used: it linearises only to fill its cache.
+      if (working && (Cached || p < active - 1)) {
+        Acc map[MapSize];
+        map_identity<Acc, D>(d, map);
+        PARASEQ_UNROLL
+        for (int s = 0; s < Capacity; ++s) {
+          if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+          Acc f[D], J[D * D];
+          cell.linearize(g, s == 0 ? entering : x[s - 1], in[s], f, J);
+          map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
+          if constexpr (Cached) {
+            for (int i = 0; i < d; ++i) cached_f[s][i] = f[i];
+            for (int i = 0; i < d * d; ++i) cached_J[s][i] = J[i];
+          }
+        }
+        if (p < active - 1)
+          for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
+      }
+      team.team_barrier();
+      // Re-run: delta enters thread p through the maps of threads 0 .. p-1.
+      if (working) {
+        Acc delta[D] = {}, next[D], previous[D];
+        for (int q = 0; q < p; ++q) {
+          map_apply<Acc, D>(d, map_of(q), delta, next);
+          for (int i = 0; i < d; ++i) delta[i] = next[i];
+        }
+        for (int i = 0; i < d; ++i) previous[i] = entering[i];
+        PARASEQ_UNROLL
+        for (int s = 0; s < Capacity; ++s) {
+          if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+          Acc f[D], J[D * D];
+          if constexpr (Cached) {
+            for (int i = 0; i < d; ++i) f[i] = cached_f[s][i];
+            for (int i = 0; i < d * d; ++i) J[i] = cached_J[s][i];
+          } else
+            cell.linearize(g, previous, in[s], f, J); // the compose phase's arguments
+          small_matvec(d, J, delta, next, false);
+          for (int i = 0; i < d; ++i) {
+            delta[i] = next[i] + f[i] - x[s][i];
+            previous[i] = x[s][i];
+            x[s][i] += omega * delta[i];
+            last[i] = x[s][i];
+          }
+        }
+      }
+      // Publish the new last states for the next iteration; after the last one, only the carry
+      // (thread 0 read it before this iteration's barrier, and reads it again after the next
+      // window's first barrier).
+      if (iteration + 1 < iterations) {
+        if (working) publish_last(boundary_of(p));
+        team.team_barrier();
+      }
+    }
+
+    if (working) {
+      PARASEQ_UNROLL
+      for (int s = 0; s < Capacity; ++s) {
+        if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
+        for (int i = 0; i < d; ++i) h(b, first + s, g * d + i) = typename HView::value_type(x[s][i]);
+      }
+      if (p == active - 1) publish_last(shared.carry);
     }
   }
 };

@@ -89,7 +89,8 @@ TYPED_TEST(RungeKuttaUniform, StepsOfDtAgreeWithAnExplicitGridOfTheSamePointsAnd
   // Against the float64 loop: RK4 to round-off, DP5 to its (much smaller than RK4's) truncation error.
   const auto y0 = to_host(batch.y0);
   const auto p = to_host(batch.params);
-  const auto rk4 = to_host(uniform), dp5 = to_host(uniform_dp5), rk4_32 = to_host(uniform32);
+  const auto rk4 = to_host(uniform), dp5 = to_host(uniform_dp5);
+  const auto rk4_32 = to_host(uniform32); // a float View: auto deduces one type per declaration
   const std::vector<double> times(grid.begin(), grid.end() - 1), lengths(steps, dt);
   for (int i = 0; i < N; ++i) {
     const auto ref = reference_rk4(p(i, 0), p(i, 1), {y0(i, 0), y0(i, 1)}, times, lengths);

@@ -147,8 +147,6 @@ inline int round_up_pow2(long n) {
   return p;
 }
 
-KOKKOS_INLINE_FUNCTION constexpr long ceil_div(long a, long b) { return (a + b - 1) / b; }
-
 } // namespace detail
 
 template <class ExecSpace>

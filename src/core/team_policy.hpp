@@ -1,5 +1,5 @@
 #pragma once
-// The team policies of paraseq's kernels.
+// The team policies of paraseq's kernels, and the launch arithmetic they share.
 
 #include <Kokkos_Core.hpp>
 
@@ -7,6 +7,8 @@
 #include <type_traits>
 
 namespace paraseq::detail {
+
+KOKKOS_INLINE_FUNCTION constexpr long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 // Level-1 scratch that every team launch asks for. Kokkos' CUDA backend (4.6) looks for its level-1
 // scratch buffer at every team launch and, while it has none, allocates one of the requested size,

@@ -28,7 +28,7 @@
 // forward loop twice (once to count steps, once to checkpoint) before the backward pass.
 
 #include <paraseq/core/errors.hpp>
-#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/team_policy.hpp>
 #include <paraseq/loops/field.hpp>
 #include <paraseq/loops/integrate_kernels.hpp>
 #include <paraseq/loops/options.hpp>

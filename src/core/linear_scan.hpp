@@ -94,12 +94,15 @@ struct MaterializedReverse {
     for (int i = 0; i < dim(); ++i) x[i] = Acc(0);
   }
   KOKKOS_INLINE_FUNCTION void linear(int batch, int s, int g, const Acc* x, Acc* y) const {
+    // A_T does not exist: the first step (t = T-1) is y = 0. A select on an in-range load, not a
+    // branch, so that hosts vectorise the loop over a row of groups.
     const int next = steps - s; // t + 1
+    const bool inside = next < steps;
+    const int row = inside ? next : steps - 1;
     for (int i = 0; i < dim(); ++i) {
       Acc sum = 0;
-      if (next < steps)
-        for (int j = 0; j < dim(); ++j) sum += Acc(a_entry<Structure>(A, batch, next, g, j, i)) * x[j];
-      y[i] = sum;
+      for (int j = 0; j < dim(); ++j) sum += Acc(a_entry<Structure>(A, batch, row, g, j, i)) * x[j];
+      y[i] = inside ? sum : Acc(0);
     }
   }
   KOKKOS_INLINE_FUNCTION void affine(int batch, int s, int g, const Acc* x, Acc* y) const {

@@ -22,22 +22,26 @@ class LinearScan : public ::testing::Test {};
 TYPED_TEST_SUITE(LinearScan, ExecutionSpaces, SpaceName);
 
 // Decompositions to cover: the automatic plan, the sequential loop, time chunks with one thread per
-// team, and windows of several sub-chunks (where the space allows teams of more than one thread).
+// team, windows of several sub-chunks (where the space allows teams of more than one thread), and
+// time chunks found in two passes and in one (chunks of one window, chained by the look-back).
 template <class Space>
 std::vector<ScanConfig> decompositions() {
   const int team = std::min(4, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
                                    KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
-  std::vector<ScanConfig> configs{ScanConfig{}, sequential_scan_config, ScanConfig{1, 5, 7}, ScanConfig{1, 3, 2}};
+  constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
+  std::vector<ScanConfig> configs{ScanConfig{},          sequential_scan_config, ScanConfig{1, 5, 7, two},
+                                  ScanConfig{1, 3, 2, two}, ScanConfig{1, 5, 0, one}, ScanConfig{1, 64, 0, one}};
   for (int p = 2; p <= team; p *= 2) {
     configs.push_back(ScanConfig{p, 3, 1});
-    configs.push_back(ScanConfig{p, 4, 3});
+    configs.push_back(ScanConfig{p, 4, 3, two});
+    configs.push_back(ScanConfig{p, 4, 0, one});
   }
   return configs;
 }
 
 std::string describe(const ScanConfig& c) {
   return "team_chunks=" + std::to_string(c.team_chunks) + " chunk_length=" + std::to_string(c.chunk_length) +
-         " time_chunks=" + std::to_string(c.time_chunks);
+         " time_chunks=" + std::to_string(c.time_chunks) + " time_split=" + std::to_string(int(c.time_split));
 }
 
 // Random A with long memory and order-dependent products: (1 - rho) I plus off-diagonal noise,

@@ -8,9 +8,14 @@
 // join order is unspecified, cannot be used; this engine fixes the order itself.
 //
 // Work decomposition, from the outside in:
-//   * time chunks: [0, S) is cut into G chunks that run in different teams. Only when B x groups is
-//     too small to fill the execution space (G > 1) does a first kernel compose each chunk into one
-//     map, a second find the state entering each chunk in order, and the main kernel re-run them.
+//   * time chunks: [0, S) is cut into G chunks that run in different teams, only when B x groups is
+//     too small to fill the execution space (G > 1). Two ways to find the state entering each chunk:
+//       two passes (hosts): a first kernel composes each chunk into one map, a second applies the
+//         maps in chunk order, and the main kernel re-runs the chunks: the operands are read twice.
+//       one pass (devices): a chunk is one window, held on chip. Its team composes it, publishes
+//         the chunk's map, finds the state entering it from the chunks before (a look-back through
+//         published maps and states, below), publishes the state leaving it and re-runs it: the
+//         operands are read once.
 //   * windows: a team walks its chunk in windows of P x L steps. Its P sub-chunk threads each compose
 //     L steps into a map (kept in team scratch), then each re-runs its steps from the window's
 //     entering state advanced through the maps of the sub-chunks before it.
@@ -54,11 +59,19 @@
 
 namespace paraseq {
 
+// How time chunks find their entering states (see the top of this file).
+enum class TimeSplit {
+  automatic,  // one pass on devices when the plan chooses G, two passes otherwise
+  two_pass,   // chunk maps, then the states entering the chunks, then the re-run
+  single_pass // chunks of one window (P x L steps) chained by a look-back; time_chunks is ignored
+};
+
 // Decomposition overrides; 0 means "choose from the execution space and the shape".
 struct ScanConfig {
   int team_chunks = 0;  // P: sub-chunks (threads) per team window; 1 = sequential inside a team
   int chunk_length = 0; // Lsub: steps per sub-chunk
   int time_chunks = 0;  // G: independent time chunks across teams; 1 = no chunk summaries
+  TimeSplit time_split = TimeSplit::automatic;
 };
 
 // Forces the plain sequential-in-time loop (one pass, no composition).
@@ -77,6 +90,7 @@ struct ScanPlan {
   int chunk_length = 1;  // Lsub
   int time_chunks = 1;   // G
   int chunk_steps = 0;   // steps per time chunk (the last may be shorter)
+  bool single_pass = false; // chunks of one window, chained by a look-back
   int lanes = 1;         // groups per team
   int team_size = 1;     // threads per team: P x lanes / lanes_per_thread
 };
@@ -235,7 +249,13 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     plan.time_chunks = int(best);
   }
   plan.time_chunks = int(std::clamp<long>(plan.time_chunks, 1, std::max(1, shape.steps)));
-  plan.chunk_steps = int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
+  // One pass wherever the plan splits time on a device (a G given in the config keeps two passes):
+  // its chunks are windows, so G follows from P x L.
+  plan.single_pass = config.time_split == TimeSplit::single_pass ||
+                     (config.time_split == TimeSplit::automatic && !on_host && config.time_chunks == 0 &&
+                      plan.time_chunks > 1);
+  plan.chunk_steps = plan.single_pass ? plan.team_chunks * plan.chunk_length
+                                      : int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
   plan.time_chunks = int(detail::ceil_div(std::max(1, shape.steps), plan.chunk_steps)); // no empty chunk
   return plan;
 }
@@ -255,7 +275,9 @@ public:
   struct SummarizeTag {};
   struct CarryTag {};
   struct ApplyTag {};
+  struct ChainedTag {};
   using buffer_view = Kokkos::View<Acc*, typename ExecSpace::memory_space>;
+  using status_view = Kokkos::View<int*, typename ExecSpace::memory_space>;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   template <class Tag>
   using member_type = typename Kokkos::TeamPolicy<ExecSpace, Tag>::member_type;
@@ -270,6 +292,16 @@ public:
     if (shape_.batch == 0 || shape_.steps == 0 || shape_.groups == 0) return;
     fit_team_size(space, team_chunks_requested);
     const int G = plan_.time_chunks;
+    if (plan_.single_pass) {
+      const std::size_t published = std::size_t(G) * shape_.batch * shape_.groups;
+      chunk_maps_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_maps"),
+                                published * MapSize);
+      carries_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_carries"),
+                             published * D);
+      status_ = status_view(Kokkos::view_alloc(space, "paraseq::chunk_status"), 1 + std::size_t(G) * shape_.batch * tiles_);
+      launch<ChainedTag>(space, "paraseq::scan_single_pass", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
+      return;
+    }
     if (G > 1) {
       const std::size_t per_chunk = std::size_t(shape_.batch) * shape_.groups;
       chunk_maps_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_maps"),
@@ -386,6 +418,115 @@ public:
     }
   }
 
+  // One pass: a team runs one chunk of one window. Teams take chunks in the order they start (a
+  // ticket), chunk-major, so every chunk a team looks back to belongs to a team that has started:
+  // the wait always ends. Per chunk:
+  //   1. every sub-chunk composes its steps; sub-chunk 0 folds them into the chunk's map and
+  //      publishes it (status 1);
+  //   2. sub-chunk 0 looks back to the nearest earlier chunk that has published the state leaving
+  //      it (status 2) and applies the maps of the chunks in between in order, then publishes the
+  //      state leaving this chunk (status 2). Every state is thus the maps applied one by one from
+  //      the initial state, however far a team looked back: the result is bitwise reproducible;
+  //   3. the sub-chunks re-run their steps from the entering state, as in ApplyTag.
+  KOKKOS_FUNCTION void operator()(ChainedTag, const member_type<ChainedTag>& team) const {
+    const int teams_per_chunk = shape_.batch * tiles_;
+    int ticket = 0;
+    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&status_(0), 1);
+    team.team_broadcast(ticket, 0);
+    const int chunk = ticket / teams_per_chunk, tile = ticket % teams_per_chunk % tiles_;
+    const int batch = ticket % teams_per_chunk / tiles_;
+    const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
+    const int L = plan_.chunk_length;
+    const Thread me = thread_of(team, tile);
+    scratch_view scratch(team.team_scratch(0), apply_scratch_count());
+    Acc* const maps = scratch.data();                                            // [P][lanes][MapSize]
+    Acc* const entering = maps + std::size_t(plan_.team_chunks) * plan_.lanes * MapSize; // [lanes][D]
+
+    const int active = int(ceil_div(end - begin, L));
+    const int first = begin + me.p * L, count = Kokkos::max(0, Kokkos::min(L, end - first));
+    const bool resident = Batch > 0 && count <= Batch;
+    StepMaps cached;
+    if constexpr (Batch > 0)
+      if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
+    if (me.p < active) compose_steps(me, batch, tile, first, count, resident, cached, maps);
+    team.team_barrier();
+
+    // Sub-chunk 0 folds the chunk's map; the last chunk's is never needed (nothing follows it), and
+    // chunk 0 publishes only its leaving state.
+    const bool followed = chunk + 1 < plan_.time_chunks;
+    Acc chunk_map[Rows][MapSize];
+    if (me.p == 0 && followed) {
+      for (int r = 0; r < me.rows; ++r) {
+        const int lane = me.first_lane + r;
+        for (int i = 0; i < MapSize; ++i) chunk_map[r][i] = map_at(maps, 0, lane)[i];
+        for (int q = 1; q < active; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), chunk_map[r]);
+        if (chunk > 0) {
+          Acc* published = chunk_maps_.data() + published_index(batch, chunk, group_of(tile, lane)) * MapSize;
+          for (int i = 0; i < MapSize; ++i) published[i] = chunk_map[r][i];
+        }
+      }
+      Kokkos::memory_fence(); // the maps are visible before the status that announces them
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0 && chunk > 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
+
+    if (me.p == 0) {
+      // The nearest earlier chunk whose leaving state is published (none before chunk 0).
+      int known = chunk - 1;
+      if (chunk > 0) {
+        for (;; --known) {
+          int status;
+          while ((status = Kokkos::atomic_load(&status_(status_index(batch, tile, known)))) == 0) {
+          }
+          if (status == 2) break;
+        }
+        Kokkos::memory_fence(); // what the status announces is read after it
+      }
+      for (int r = 0; r < me.rows; ++r) {
+        const int lane = me.first_lane + r, group = group_of(tile, lane);
+        Acc x[D], y[D], map[MapSize];
+        if (chunk == 0) rec_.initial(batch, group, x);
+        else read_published(carries_.data() + published_index(batch, known, group) * D, D, x);
+        // Through the maps of chunks known + 1 .. chunk - 1 to the entering state, then through this
+        // chunk's map to the leaving state: one loop, so every team computes a state the same way.
+        for (int k = known + 1;; ++k) {
+          if (k == chunk) {
+            for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
+            if (!followed) break;
+          }
+          if (k < chunk) read_published(chunk_maps_.data() + published_index(batch, k, group) * MapSize, MapSize, map);
+          else
+            for (int i = 0; i < MapSize; ++i) map[i] = chunk_map[r][i];
+          map_apply<Acc, D>(dim(), map, x, y);
+          for (int i = 0; i < dim(); ++i) x[i] = y[i];
+          if (k == chunk) break;
+        }
+        if (followed) {
+          Acc* leaving = carries_.data() + published_index(batch, chunk, group) * D;
+          for (int i = 0; i < dim(); ++i) leaving[i] = x[i];
+        }
+      }
+      Kokkos::memory_fence();
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 2);
+
+    if (count > 0) {
+      Acc x[Rows][D], y[D];
+      PARASEQ_UNROLL
+      for (int r = 0; r < Rows; ++r) {
+        if (r >= me.rows) continue; // unrolled: x stays in registers
+        const int lane = me.first_lane + r;
+        for (int i = 0; i < dim(); ++i) x[r][i] = entering[lane * D + i];
+        for (int q = 0; q < me.p; ++q) {
+          map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
+          for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+        }
+      }
+      run_steps(me, batch, tile, first, count, resident, cached, x);
+    }
+  }
+
 private:
   // Where a thread works: sub-chunk p, and `rows` live groups of the tile from first_lane on (0
   // past the last group; such threads still meet every barrier).
@@ -491,6 +632,21 @@ private:
   KOKKOS_FUNCTION std::size_t carry_offset(int batch, int chunk, int group) const {
     return ((std::size_t(batch) * plan_.time_chunks + chunk) * shape_.groups + group) * D;
   }
+  // One pass: the published map and state of (batch, chunk, group), and the status of (batch, tile,
+  // chunk) after the ticket counter in status_(0).
+  KOKKOS_FUNCTION std::size_t published_index(int batch, int chunk, int group) const {
+    return (std::size_t(chunk) * shape_.batch + batch) * shape_.groups + group;
+  }
+  KOKKOS_FUNCTION std::size_t status_index(int batch, int tile, int chunk) const {
+    return 1 + (std::size_t(chunk) * shape_.batch + batch) * tiles_ + tile;
+  }
+  // Values another team published: volatile, so that a GPU reads them from L2 and not from a stale
+  // L1 line.
+  KOKKOS_FUNCTION static void read_published(const Acc* from, int count, Acc* to) {
+    const volatile Acc* source = from;
+    for (int i = 0; i < count; ++i) to[i] = source[i];
+  }
+
   KOKKOS_FUNCTION std::size_t apply_scratch_count() const {
     return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize + 2 * std::size_t(plan_.lanes) * D;
   }
@@ -503,6 +659,8 @@ private:
   // planned P above it halves until it fits (plan_scan cannot see a Recurrence's registers).
   void fit_team_size(const ExecSpace& space, bool requested) {
     auto team_max = [&] {
+      if (plan_.single_pass)
+        return team_policy<ExecSpace, ChainedTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
       int limit = team_policy<ExecSpace, ApplyTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
       if (plan_.time_chunks > 1)
         limit = Kokkos::min(limit, team_policy<ExecSpace, SummarizeTag>(space, 1, 1, summarize_scratch_bytes())
@@ -516,6 +674,10 @@ private:
                                     " threads per team; this space allows " + std::to_string(limit));
       plan_.team_size /= 2;
       plan_.team_chunks /= 2;
+      if (plan_.single_pass) { // a chunk is a window: halving P doubles the chunks
+        plan_.chunk_steps = plan_.team_chunks * plan_.chunk_length;
+        plan_.time_chunks = int(ceil_div(shape_.steps, plan_.chunk_steps));
+      }
     }
   }
 
@@ -531,6 +693,7 @@ private:
   int tiles_;
   buffer_view chunk_maps_;
   buffer_view carries_;
+  status_view status_;
 };
 
 } // namespace detail

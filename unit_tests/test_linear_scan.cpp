@@ -139,7 +139,8 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
   const int T_steps = 1000000;
   View3<double, Space> A("A", 1, T_steps, 2);
   fill_uniform(A, 0.999, 1.0, 31);
-  expect_matches_reference<Space, double>(Diagonal{}, A, 1, T_steps, 2, 1e-12, {ScanConfig{}, ScanConfig{1, 0, 16}});
+  expect_matches_reference<Space, double>(Diagonal{}, A, 1, T_steps, 2, 1e-12,
+                                          {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 0, TimeSplit::single_pass}});
 }
 
 TYPED_TEST(LinearScan, EmptyBatchAndEmptySequenceWriteNothing) {

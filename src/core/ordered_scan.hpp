@@ -446,8 +446,7 @@ public:
     const int first = begin + me.p * L, count = Kokkos::max(0, Kokkos::min(L, end - first));
     const bool resident = Batch > 0 && count <= Batch;
     StepMaps cached;
-    if constexpr (Batch > 0)
-      if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
+    load_window(team, me, batch, tile, begin, end, first, count, resident, entering + std::size_t(2) * plan_.lanes * D, cached);
     if (me.p < active) compose_steps(me, batch, tile, first, count, resident, cached, maps);
     team.team_barrier();
 
@@ -557,6 +556,57 @@ private:
     }
   }
 
+  // Devices with few groups per team (lanes < 8, L <= Batch): the threads of a warp are mostly
+  // sub-chunks, whose steps lie L apart in memory, so one load instruction would touch up to 32
+  // memory sectors. The team then loads the window's maps into team scratch step by step
+  // (consecutive threads take consecutive groups, then steps: contiguous memory), and each thread
+  // copies its own steps into `cached`. Decided per team, since it meets a barrier.
+  KOKKOS_FUNCTION bool staged() const { return Batch > 0 && plan_.lanes < 8 && plan_.chunk_length <= Batch; }
+  KOKKOS_FUNCTION std::size_t staging_count() const {
+    const std::size_t maps = std::size_t(plan_.team_chunks) * plan_.chunk_length * plan_.lanes;
+    return staged() ? maps * MapSize + maps / 16 + 1 : 0;
+  }
+  // Map e of the staged window (e = step * lanes + lane), one value of padding every 16 maps so that
+  // threads reading their own steps (16 maps apart for L = 16) fall in different banks.
+  KOKKOS_FUNCTION static std::size_t staged_offset(int e) { return std::size_t(e) * MapSize + e / 16; }
+
+  // Fills `cached` with the thread's steps [first, first + count) of the window [window, window_end)
+  // when they stay resident (staged or per thread), or does nothing.
+  template <class Member>
+  KOKKOS_FUNCTION void load_window(const Member& team, const Thread& me, int batch, int tile, int window,
+                                   int window_end, int first, int count, bool resident, Acc* staging,
+                                   StepMaps& cached) const {
+    if constexpr (Batch > 0) {
+      static_assert(Rows == 1, "paraseq::ordered_scan: step batches are for spaces with one group per thread");
+      if (!staged()) {
+        if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
+        return;
+      }
+      // Thread (p, lane) loads steps p, p + P, ... of the window for its lane: at most L <= Batch
+      // maps. Clamped indices keep the loads unconditional, so they are issued together.
+      const int lanes = plan_.lanes, P = plan_.team_chunks, lane = team.team_rank() % lanes;
+      const int group = Kokkos::min(group_of(tile, lane), shape_.groups - 1);
+      Acc loaded[Batch][MapSize];
+      PARASEQ_UNROLL
+      for (int j = 0; j < Batch; ++j)
+        load_step_map<Acc, D>(rec_, batch, Kokkos::min(window + me.p + j * P, window_end - 1), group, dim(), loaded[j]);
+      PARASEQ_UNROLL
+      for (int j = 0; j < Batch; ++j) {
+        const int step = me.p + j * P; // in the window
+        if (window + step < window_end)
+          for (int i = 0; i < MapSize; ++i) staging[staged_offset(step * lanes + lane) + i] = loaded[j][i];
+      }
+      team.team_barrier();
+      if (count > 0 && me.rows > 0) {
+        PARASEQ_UNROLL
+        for (int k = 0; k < Batch; ++k) {
+          const int e = (first - window + Kokkos::min(k, count - 1)) * lanes + me.first_lane;
+          for (int i = 0; i < MapSize; ++i) cached[k][0][i] = staging[staged_offset(e) + i];
+        }
+      }
+    }
+  }
+
   // Calls body(step map, row, step) for steps [first, first + count) of the thread's row, in order,
   // a batch at a time; each batch is loaded into `cached` unless `resident` (then it is there already).
   template <class Body>
@@ -648,7 +698,7 @@ private:
   }
 
   KOKKOS_FUNCTION std::size_t apply_scratch_count() const {
-    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize + 2 * std::size_t(plan_.lanes) * D;
+    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize + 2 * std::size_t(plan_.lanes) * D + staging_count();
   }
   std::size_t apply_scratch_bytes() const { return scratch_view::shmem_size(apply_scratch_count()); }
   std::size_t summarize_scratch_bytes() const {

@@ -143,6 +143,23 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
                                           {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 0, TimeSplit::single_pass}});
 }
 
+// The documented choice between two passes and one: one pass only on devices, only where the plan
+// splits time itself; its chunks are windows of P x L steps.
+TYPED_TEST(LinearScan, TimeSplitFollowsTheDocumentedRule) {
+  using Space = TypeParam;
+  const ScanShape long_sequence{1, 1 << 20, 1, 1};
+  const ScanPlan automatic = plan_scan<Diagonal, float>(Space{}, long_sequence);
+  EXPECT_EQ(automatic.single_pass, !runs_on_host<Space> && automatic.time_chunks > 1);
+  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 4}).single_pass));
+  for (const ScanConfig config : {ScanConfig{0, 0, 0, TimeSplit::single_pass}, ScanConfig{2, 8, 3, TimeSplit::single_pass}}) {
+    const ScanPlan plan = plan_scan<Diagonal, float>(Space{}, long_sequence, config);
+    EXPECT_TRUE(plan.single_pass);
+    EXPECT_EQ(plan.chunk_steps, plan.team_chunks * plan.chunk_length);
+    EXPECT_EQ(plan.time_chunks, (long_sequence.steps + plan.chunk_steps - 1) / plan.chunk_steps);
+  }
+  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 0, TimeSplit::two_pass}).single_pass));
+}
+
 TYPED_TEST(LinearScan, EmptyBatchAndEmptySequenceWriteNothing) {
   using Space = TypeParam;
   View3<double, Space> A0("A", 0, 10, 4), b0("b", 0, 10, 4), h0("h", 0, 10, 4);

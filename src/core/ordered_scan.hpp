@@ -469,18 +469,20 @@ public:
     team.team_barrier();
     if (team.team_rank() == 0 && chunk > 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
 
-    if (me.p == 0) {
-      // The nearest earlier chunk whose leaving state is published (none before chunk 0).
-      int known = chunk - 1;
-      if (chunk > 0) {
-        for (;; --known) {
-          int status;
-          while ((status = Kokkos::atomic_load(&status_(status_index(batch, tile, known)))) == 0) {
-          }
-          if (status == 2) break;
+    // The nearest earlier chunk whose leaving state is published (none before chunk 0), found by one
+    // thread: volatile reads, so that a GPU polls L2 rather than a stale L1 line.
+    int known = chunk - 1;
+    if (team.team_rank() == 0 && chunk > 0) {
+      for (;; --known) {
+        const volatile int* status = &status_(status_index(batch, tile, known));
+        while (*status == 0) {
         }
-        Kokkos::memory_fence(); // what the status announces is read after it
+        if (*status == 2) break;
       }
+      Kokkos::memory_fence(); // what the status announces is read after it
+    }
+    team.team_broadcast(known, 0);
+    if (me.p == 0) {
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r, group = group_of(tile, lane);
         Acc x[D], y[D], map[MapSize];

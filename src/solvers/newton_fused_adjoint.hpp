@@ -72,93 +72,85 @@ struct FusedAdjoint {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
-    scratch_view scratch(team.team_scratch(0), scratch_count());
-    Acc* const maps = scratch.data(); // [P][lanes][MapSize]
-    Acc* const carry = maps + std::size_t(plan.team_chunks) * plan.lanes * MapSize + me.lane * D;
-    Acc sums[Params] = {};
-
-    if (me.live && me.p == 0)
-      for (int i = 0; i < fused_group_size<Cell>(shape); ++i) carry[i] = Acc(0); // nu_T
-    // As in the forward, full windows (a team-wide decision) run without per-step guards.
-    const int windows = int(ceil_div(shape.steps, plan.window));
-    for (int w = windows - 1; w >= 0; --w) {
-      const int start = w * plan.window;
-      if (plan.chunk_length == Capacity && start + plan.window <= shape.steps)
-        run_window<true>(team, me, maps, carry, start, sums);
-      else run_window<false>(team, me, maps, carry, start, sums);
-    }
-    if (me.live)
-      for (int k = 0; k < cell.params_per_group(); ++k)
-        partial(std::size_t(me.b) * plan.team_chunks + me.p, cell.param_index(me.g, k)) = sums[k];
-  }
-
-  template <bool Full>
-  KOKKOS_INLINE_FUNCTION void run_window(const member_type& team, const FusedThread& me, Acc* maps, Acc* carry,
-                                         int start, Acc* sums) const {
     const int d = fused_group_size<Cell>(shape);
+    const int lanes = plan.lanes, P = plan.team_chunks;
+    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
-    auto map_of = [&](int q) { return maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
-    const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
-    const int active = Full ? plan.team_chunks : chunk.active, first = chunk.first, count = Full ? Capacity : chunk.count;
-    const bool working = me.live && count > 0;
+    scratch_view scratch(team.team_scratch(0), scratch_count());
+    Acc* const maps = scratch.data();
+    Acc* const carry = maps + std::size_t(P) * lanes * MapSize + lane * D;
+    auto map_of = [&](int q) { return maps + (std::size_t(q) * lanes + lane) * MapSize; };
 
     // This thread's chunk: inputs, the state before each step and dL/dh of each step.
     Acc in[Capacity][Inputs], before[Capacity][D], grad[Capacity][D];
-    if (working) {
-      PARASEQ_UNROLL
-      for (int s = 0; s < Capacity; ++s) {
-        if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
-        gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
-        // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
-        if (s == 0 && first == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
-        else
-          for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, first + s - 1, g * d + i));
-        for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
+    Acc sums[Params] = {};
+
+    if (me.live && p == 0)
+      for (int i = 0; i < d; ++i) carry[i] = Acc(0); // nu_T
+    const int windows = int(ceil_div(shape.steps, plan.window));
+    for (int w = windows - 1; w >= 0; --w) {
+      const int start = w * plan.window;
+      const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
+      const int active = chunk.active, first = chunk.first, count = chunk.count;
+      const bool working = me.live && count > 0;
+      if (working) {
+        PARASEQ_UNROLL
+        for (int s = 0; s < Capacity; ++s) {
+          if (s >= count) continue; // unrolled: a guard, not a loop exit
+          gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
+          // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
+          const int t = first + s;
+          if (t == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
+          else
+            for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, t - 1, g * d + i));
+          for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
+        }
+      }
+      // Compose, latest step first. The first thread's map is never used.
+      if (working && p > 0) {
+        Acc map[MapSize];
+        map_identity<Acc, D>(d, map);
+        PARASEQ_UNROLL
+        for (int s = Capacity - 1; s >= 0; --s) {
+          if (s >= count) continue;
+          Acc f[D], J[D * D];
+          cell.linearize(g, before[s], in[s], f, J);
+          map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
+        }
+        for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
+      }
+      team.team_barrier();
+      // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
+      Acc nu[D];
+      if (working) {
+        Acc next[D];
+        for (int i = 0; i < d; ++i) nu[i] = carry[i];
+        for (int q = active - 1; q > p; --q) {
+          map_apply<Acc, D>(d, map_of(q), nu, next);
+          for (int i = 0; i < d; ++i) nu[i] = next[i];
+        }
+        PARASEQ_UNROLL
+        for (int s = Capacity - 1; s >= 0; --s) {
+          if (s >= count) continue;
+          Acc mu[D], du_step[Inputs], dp[Params];
+          for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
+          cell.vjp(g, before[s], in[s], mu, nu, du_step, dp);
+          for (int k = 0; k < cell.inputs_per_group(); ++k)
+            du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
+          for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
+        }
+      }
+      // Everyone has read the carry and the maps before the first thread hands its nu on.
+      team.team_barrier();
+      if (working && p == 0) {
+        for (int i = 0; i < d; ++i) carry[i] = nu[i];
+        if constexpr (!std::is_same_v<DH0View, NoGradient>)
+          if (start == 0)
+            for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
       }
     }
-    // Compose, latest step first. The first thread's map is never used.
-    if (working && p > 0) {
-      Acc map[MapSize];
-      map_identity<Acc, D>(d, map);
-      PARASEQ_UNROLL
-      for (int s = Capacity - 1; s >= 0; --s) {
-        if (!Full && s >= count) continue;
-        Acc f[D], J[D * D];
-        cell.linearize(g, before[s], in[s], f, J);
-        map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
-      }
-      for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
-    }
-    team.team_barrier();
-    // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
-    Acc nu[D];
-    if (working) {
-      Acc next[D];
-      for (int i = 0; i < d; ++i) nu[i] = carry[i];
-      for (int q = active - 1; q > p; --q) {
-        map_apply<Acc, D>(d, map_of(q), nu, next);
-        for (int i = 0; i < d; ++i) nu[i] = next[i];
-      }
-      PARASEQ_UNROLL
-      for (int s = Capacity - 1; s >= 0; --s) {
-        if (!Full && s >= count) continue;
-        Acc mu[D], du_step[Inputs], dp[Params];
-        for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
-        cell.vjp(g, before[s], in[s], mu, nu, du_step, dp);
-        for (int k = 0; k < cell.inputs_per_group(); ++k)
-          du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
-        for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
-      }
-    }
-    // Everyone has read the carry and the maps before the first thread hands its nu on.
-    team.team_barrier();
-    if (working && p == 0) {
-      for (int i = 0; i < d; ++i) carry[i] = nu[i];
-      if constexpr (!std::is_same_v<DH0View, NoGradient>)
-        if (start == 0)
-          for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
-    }
+    if (me.live)
+      for (int k = 0; k < cell.params_per_group(); ++k) partial(std::size_t(b) * P + p, cell.param_index(g, k)) = sums[k];
   }
 };
 

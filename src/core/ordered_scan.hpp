@@ -61,7 +61,7 @@ namespace paraseq {
 
 // How time chunks find their entering states (see the top of this file).
 enum class TimeSplit {
-  automatic,  // one pass on devices when the plan chooses G, two passes otherwise
+  automatic,  // two passes (see plan_scan)
   two_pass,   // chunk maps, then the states entering the chunks, then the re-run
   single_pass // chunks of one window (P x L steps) chained by a look-back; time_chunks is ignored
 };
@@ -249,11 +249,9 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     plan.time_chunks = int(best);
   }
   plan.time_chunks = int(std::clamp<long>(plan.time_chunks, 1, std::max(1, shape.steps)));
-  // One pass wherever the plan splits time on a device (a G given in the config keeps two passes):
-  // its chunks are windows, so G follows from P x L.
-  plan.single_pass = config.time_split == TimeSplit::single_pass ||
-                     (config.time_split == TimeSplit::automatic && !on_host && config.time_chunks == 0 &&
-                      plan.time_chunks > 1);
+  // One pass only when asked for (its chunks are windows, so G follows from P x L): on the H200 its
+  // look-back made the long sequences slower than two passes (docs/performance.md).
+  plan.single_pass = config.time_split == TimeSplit::single_pass;
   plan.chunk_steps = plan.single_pass ? plan.team_chunks * plan.chunk_length
                                       : int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
   plan.time_chunks = int(detail::ceil_div(std::max(1, shape.steps), plan.chunk_steps)); // no empty chunk

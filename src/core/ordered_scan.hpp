@@ -467,43 +467,61 @@ public:
     team.team_barrier();
     if (team.team_rank() == 0 && chunk > 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
 
-    // The nearest earlier chunk whose leaving state is published (none before chunk 0), found by one
-    // thread: volatile reads, so that a GPU polls L2 rather than a stale L1 line.
-    int known = chunk - 1;
-    if (team.team_rank() == 0 && chunk > 0) {
-      for (;; --known) {
-        const volatile int* status = &status_(status_index(batch, tile, known));
-        while (*status == 0) {
+    // The nearest earlier chunk whose leaving state is published (none before chunk 0). The team
+    // polls `width` earlier chunks at a time, a thread each (volatile reads, so that a GPU polls L2
+    // rather than a stale L1 line), until each has published at least its map; the nearest with a
+    // state ends the search.
+    int known = -1;
+    if (chunk > 0) {
+      const int width = Kokkos::min(team.team_size(), 32);
+      for (int newest = chunk - 1; known < 0; newest -= width) {
+        int found = -1;
+        const int polled = newest - team.team_rank();
+        if (team.team_rank() < width && polled >= 0) {
+          const volatile int* status = &status_(status_index(batch, tile, polled));
+          int seen;
+          while ((seen = *status) == 0) {
+          }
+          if (seen == 2) found = polled;
         }
-        if (*status == 2) break;
+        team.team_reduce(Kokkos::Max<int>(found));
+        known = found;
       }
-      Kokkos::memory_fence(); // what the status announces is read after it
+      Kokkos::memory_fence(); // what the statuses announce is read after them
     }
-    team.team_broadcast(known, 0);
     if (me.p == 0) {
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r, group = group_of(tile, lane);
-        Acc x[D], y[D], map[MapSize];
+        Acc x[D], y[D];
         if (chunk == 0) rec_.initial(batch, group, x);
         else read_published(carries_.data() + published_index(batch, known, group) * D, D, x);
         // Through the maps of chunks known + 1 .. chunk - 1 to the entering state, then through this
-        // chunk's map to the leaving state: one loop, so every team computes a state the same way.
-        for (int k = known + 1;; ++k) {
-          if (k == chunk) {
-            for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
-            if (!followed) break;
+        // chunk's map to the leaving state (if a chunk follows): one loop, so every team computes a
+        // state the same way. Maps are read a few at a time, so their loads overlap.
+        constexpr int Ahead = 4;
+        const int last = followed ? chunk : chunk - 1;
+        for (int k = known + 1; k <= last; k += Ahead) {
+          Acc ahead[Ahead][MapSize];
+          PARASEQ_UNROLL
+          for (int j = 0; j < Ahead; ++j) {
+            if (k + j < chunk) read_published(chunk_maps_.data() + published_index(batch, k + j, group) * MapSize, MapSize, ahead[j]);
+            else if (k + j == chunk)
+              for (int i = 0; i < MapSize; ++i) ahead[j][i] = chunk_map[r][i];
           }
-          if (k < chunk) read_published(chunk_maps_.data() + published_index(batch, k, group) * MapSize, MapSize, map);
-          else
-            for (int i = 0; i < MapSize; ++i) map[i] = chunk_map[r][i];
-          map_apply<Acc, D>(dim(), map, x, y);
-          for (int i = 0; i < dim(); ++i) x[i] = y[i];
-          if (k == chunk) break;
+          PARASEQ_UNROLL
+          for (int j = 0; j < Ahead; ++j) {
+            if (k + j > last) continue; // unrolled: a guard, not a loop exit
+            if (k + j == chunk)
+              for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
+            map_apply<Acc, D>(dim(), ahead[j], x, y);
+            for (int i = 0; i < dim(); ++i) x[i] = y[i];
+          }
         }
         if (followed) {
           Acc* leaving = carries_.data() + published_index(batch, chunk, group) * D;
           for (int i = 0; i < dim(); ++i) leaving[i] = x[i];
-        }
+        } else
+          for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
       }
       Kokkos::memory_fence();
     }

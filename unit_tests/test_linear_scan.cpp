@@ -30,11 +30,11 @@ std::vector<ScanConfig> decompositions() {
                                    KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
   constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
   std::vector<ScanConfig> configs{ScanConfig{},          sequential_scan_config, ScanConfig{1, 5, 7, two},
-                                  ScanConfig{1, 3, 2, two}, ScanConfig{1, 5, 0, one}, ScanConfig{1, 64, 0, one}};
+                                  ScanConfig{1, 3, 2, two}, ScanConfig{1, 5, 7, one}, ScanConfig{1, 64, 2, one}};
   for (int p = 2; p <= team; p *= 2) {
     configs.push_back(ScanConfig{p, 3, 1});
     configs.push_back(ScanConfig{p, 4, 3, two});
-    configs.push_back(ScanConfig{p, 4, 0, one});
+    configs.push_back(ScanConfig{p, 4, 3, one});
   }
   return configs;
 }
@@ -140,23 +140,26 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
   View3<double, Space> A("A", 1, T_steps, 2);
   fill_uniform(A, 0.999, 1.0, 31);
   expect_matches_reference<Space, double>(Diagonal{}, A, 1, T_steps, 2, 1e-12,
-                                          {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 0, TimeSplit::single_pass}});
+                                          {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 16, TimeSplit::single_pass}});
 }
 
-// The documented choice between two passes and one: one pass only when asked for; its chunks are
-// windows of P x L steps.
+// The documented choice between two passes and one: one pass only when asked for and time is
+// split; its chunks are then windows of P x L steps.
 TYPED_TEST(LinearScan, TimeSplitFollowsTheDocumentedRule) {
   using Space = TypeParam;
+  constexpr auto one = TimeSplit::single_pass;
   const ScanShape long_sequence{1, 1 << 20, 1, 1};
   EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence).single_pass));
   EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 4}).single_pass));
-  for (const ScanConfig config : {ScanConfig{0, 0, 0, TimeSplit::single_pass}, ScanConfig{2, 8, 3, TimeSplit::single_pass}}) {
+  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 1, one}).single_pass));
+  const bool split = plan_scan<Diagonal, float>(Space{}, long_sequence).time_chunks > 1;
+  for (const ScanConfig config : {ScanConfig{0, 0, 0, one}, ScanConfig{2, 8, 3, one}}) {
     const ScanPlan plan = plan_scan<Diagonal, float>(Space{}, long_sequence, config);
-    EXPECT_TRUE(plan.single_pass);
+    ASSERT_EQ(plan.single_pass, config.time_chunks > 1 || split);
+    if (!plan.single_pass) continue;
     EXPECT_EQ(plan.chunk_steps, plan.team_chunks * plan.chunk_length);
     EXPECT_EQ(plan.time_chunks, (long_sequence.steps + plan.chunk_steps - 1) / plan.chunk_steps);
   }
-  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 0, TimeSplit::two_pass}).single_pass));
 }
 
 TYPED_TEST(LinearScan, EmptyBatchAndEmptySequenceWriteNothing) {

@@ -120,7 +120,9 @@ int shared_window_threads() {
 // shared by several threads leaves a shorter last chunk whenever T is not a multiple of it.
 template <class Space>
 std::vector<NewtonConfig> forward_configs(int iterations = 3) {
-  std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton), with_mode(NewtonMode::newton, ScanConfig{1, 5, 7}),
+  std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton),
+                                    with_mode(NewtonMode::newton, ScanConfig{1, 5, 7, TimeSplit::two_pass}),
+                                    with_mode(NewtonMode::newton, ScanConfig{1, 5, 7, TimeSplit::single_pass}),
                                     with_mode(NewtonMode::newton, sequential_scan_config), with_mode(NewtonMode::fused),
                                     with_mode(NewtonMode::fused, {}, 16), with_mode(NewtonMode::sequential),
                                     with_mode(NewtonMode::automatic)};
@@ -134,7 +136,8 @@ std::vector<NewtonConfig> forward_configs(int iterations = 3) {
 
 std::string describe(const NewtonConfig& c) {
   return "mode=" + std::to_string(int(c.mode)) + " scan=" + std::to_string(c.scan.team_chunks) + "," +
-         std::to_string(c.scan.chunk_length) + "," + std::to_string(c.scan.time_chunks) +
+         std::to_string(c.scan.chunk_length) + "," + std::to_string(c.scan.time_chunks) + "," +
+         std::to_string(int(c.scan.time_split)) +
          " window=" + std::to_string(c.fused_window) + " window threads=" + std::to_string(c.fused_team_threads);
 }
 
@@ -144,7 +147,9 @@ std::string describe(const NewtonConfig& c) {
 template <class Space>
 std::vector<NewtonConfig> backward_configs() {
   std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton), with_mode(NewtonMode::newton, sequential_scan_config),
-                                    with_mode(NewtonMode::newton, ScanConfig{1, 7, 5}), with_mode(NewtonMode::fused),
+                                    with_mode(NewtonMode::newton, ScanConfig{1, 7, 5, TimeSplit::two_pass}),
+                                    with_mode(NewtonMode::newton, ScanConfig{1, 7, 5, TimeSplit::single_pass}),
+                                    with_mode(NewtonMode::fused),
                                     with_mode(NewtonMode::fused, {}, 16), with_mode(NewtonMode::sequential)};
   if (const int threads = shared_window_threads<Space>(); threads > 1) {
     configs.push_back(with_mode(NewtonMode::fused, {}, 40));

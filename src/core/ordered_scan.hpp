@@ -61,9 +61,9 @@ namespace paraseq {
 
 // How time chunks find their entering states (see the top of this file).
 enum class TimeSplit {
-  automatic,  // two passes (see plan_scan)
+  automatic,  // two passes here; the Newton solver's scans ask for one pass on devices (newton.hpp)
   two_pass,   // chunk maps, then the states entering the chunks, then the re-run
-  single_pass // chunks of one window (P x L steps) chained by a look-back; time_chunks is ignored
+  single_pass // where the plan splits time (G > 1): chunks of one window (P x L steps), chained
 };
 
 // Decomposition overrides; 0 means "choose from the execution space and the shape".
@@ -249,9 +249,11 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     plan.time_chunks = int(best);
   }
   plan.time_chunks = int(std::clamp<long>(plan.time_chunks, 1, std::max(1, shape.steps)));
-  // One pass only when asked for (its chunks are windows, so G follows from P x L): on the H200 its
-  // look-back made the long sequences slower than two passes (docs/performance.md).
-  plan.single_pass = config.time_split == TimeSplit::single_pass;
+  // One pass only when asked for and time is split; its chunks are windows, so G follows from P x L.
+  // On the H200 it pays where a step's map is computed (Newton's linearisations: the second pass
+  // computes them again) and not where it is read (materialised operands: the look-back costs more
+  // than the second read); docs/performance.md.
+  plan.single_pass = config.time_split == TimeSplit::single_pass && plan.time_chunks > 1;
   plan.chunk_steps = plan.single_pass ? plan.team_chunks * plan.chunk_length
                                       : int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
   plan.time_chunks = int(detail::ceil_div(std::max(1, shape.steps), plan.chunk_steps)); // no empty chunk

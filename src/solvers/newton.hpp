@@ -233,7 +233,7 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
                                                   std::decay_t<decltype(out)>>;
         using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
         ordered_scan<scan_structure, acc_t>(space, scan_shape, rec_t{cell, u, old, out, acc_t(config.omega), d},
-                                            config.scan);
+                                            detail::newton_scan_config<ExecSpace>(config.scan));
       };
       if (quasi) scan.template operator()<true>();
       else scan.template operator()<false>();

@@ -183,7 +183,8 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
     using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
     const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
     using adjoint_t = detail::AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
-    ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d}, config.scan);
+    ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
+                                   detail::newton_scan_config<ExecSpace>(config.scan));
 
     // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
     const long threads = std::max<long>(1, B * shape.groups);

@@ -21,6 +21,17 @@ namespace detail {
 
 inline constexpr const char* newton_fn = "paraseq::newton_solve";
 
+// The decomposition of the Newton mode's scans (forward and adjoint). Their steps' maps are the
+// cell's linearisations, computed where they are used, so a second pass over a time chunk would
+// compute them again: on devices they take the one-pass time split unless the config names one
+// (H200, docs/performance.md: 1.5x at (1, 65536, 256) and (1, 262144, 1)).
+template <class ExecSpace>
+ScanConfig newton_scan_config(const ScanConfig& scan) {
+  ScanConfig chosen = scan;
+  if (chosen.time_split == TimeSplit::automatic && !runs_on_host<ExecSpace>) chosen.time_split = TimeSplit::single_pass;
+  return chosen;
+}
+
 // Copies group g's inputs at (b, t) out of u.
 template <class Acc, class Cell, class UView>
 KOKKOS_INLINE_FUNCTION void gather_inputs(const Cell& cell, const UView& u, int b, int t, int g, Acc* in) {

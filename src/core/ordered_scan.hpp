@@ -423,10 +423,10 @@ public:
   // the wait always ends. Per chunk:
   //   1. every sub-chunk composes its steps; sub-chunk 0 folds them into the chunk's map and
   //      publishes it (status 1);
-  //   2. sub-chunk 0 looks back to the nearest earlier chunk that has published the state leaving
-  //      it (status 2) and applies the maps of the chunks in between in order, then publishes the
-  //      state leaving this chunk (status 2). Every state is thus the maps applied one by one from
-  //      the initial state, however far a team looked back: the result is bitwise reproducible;
+  //   2. the team looks back to the nearest earlier chunk that has published the state leaving it
+  //      (status 2); sub-chunk 0 applies the maps of the chunks in between in order and publishes
+  //      the state leaving this chunk (status 2). Every state is thus the maps applied one by one
+  //      from the initial state, however far a team looked back: the result is bitwise reproducible;
   //   3. the sub-chunks re-run their steps from the entering state, as in ApplyTag.
   KOKKOS_FUNCTION void operator()(ChainedTag, const member_type<ChainedTag>& team) const {
     const int teams_per_chunk = shape_.batch * tiles_;

@@ -338,9 +338,7 @@ public:
     if (me.p == 0)
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r;
-        Acc* out = chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane));
-        for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
-        for (int q = 1; q < P; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), out);
+        fold_sub_chunks(maps, lane, P, chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane)));
       }
   }
 
@@ -394,17 +392,8 @@ public:
       if (me.p < active - 1) compose_steps(me, batch, tile, first, count, resident, cached, maps);
       team.team_barrier();
       if (count > 0) {
-        Acc x[Rows][D], y[D];
-        PARASEQ_UNROLL
-        for (int r = 0; r < Rows; ++r) {
-          if (r >= me.rows) continue; // unrolled: x stays in registers
-          const int lane = me.first_lane + r;
-          for (int i = 0; i < dim(); ++i) x[r][i] = carry_at(current, lane)[i];
-          for (int q = 0; q < me.p; ++q) {
-            map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
-            for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
-          }
-        }
+        Acc x[Rows][D];
+        enter_sub_chunk(me, maps, carry_at(current, 0), x);
         run_steps(me, batch, tile, first, count, resident, cached, x);
         if (me.p == active - 1) {
           PARASEQ_UNROLL
@@ -457,8 +446,7 @@ public:
     if (me.p == 0 && followed) {
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r;
-        for (int i = 0; i < MapSize; ++i) chunk_map[r][i] = map_at(maps, 0, lane)[i];
-        for (int q = 1; q < active; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), chunk_map[r]);
+        fold_sub_chunks(maps, lane, active, chunk_map[r]);
         if (chunk > 0) {
           Acc* published = chunk_maps_.data() + published_index(batch, chunk, group_of(tile, lane)) * MapSize;
           for (int i = 0; i < MapSize; ++i) published[i] = chunk_map[r][i];
@@ -531,17 +519,8 @@ public:
     if (team.team_rank() == 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 2);
 
     if (count > 0) {
-      Acc x[Rows][D], y[D];
-      PARASEQ_UNROLL
-      for (int r = 0; r < Rows; ++r) {
-        if (r >= me.rows) continue; // unrolled: x stays in registers
-        const int lane = me.first_lane + r;
-        for (int i = 0; i < dim(); ++i) x[r][i] = entering[lane * D + i];
-        for (int q = 0; q < me.p; ++q) {
-          map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
-          for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
-        }
-      }
+      Acc x[Rows][D];
+      enter_sub_chunk(me, maps, entering, x);
       run_steps(me, batch, tile, first, count, resident, cached, x);
     }
   }
@@ -559,6 +538,28 @@ private:
     const int first_lane = team.team_rank() % row_threads * Rows;
     const int remaining = shape_.groups - group_of(tile, first_lane);
     return {team.team_rank() / row_threads, first_lane, Kokkos::max(0, Kokkos::min(int(Rows), remaining))};
+  }
+
+  // out <- the maps of sub-chunks 0 .. count - 1 of `lane`, composed in order.
+  KOKKOS_FUNCTION void fold_sub_chunks(Acc* maps, int lane, int count, Acc* out) const {
+    for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
+    for (int q = 1; q < count; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), out);
+  }
+
+  // x <- the state entering the thread's sub-chunk: the window's entering state (`carries`,
+  // [lanes][D]) through the maps of the sub-chunks before it.
+  KOKKOS_FUNCTION void enter_sub_chunk(const Thread& me, Acc* maps, const Acc* carries, Acc (&x)[Rows][D]) const {
+    Acc y[D];
+    PARASEQ_UNROLL
+    for (int r = 0; r < Rows; ++r) {
+      if (r >= me.rows) continue; // unrolled: x stays in registers
+      const int lane = me.first_lane + r;
+      for (int i = 0; i < dim(); ++i) x[r][i] = carries[lane * D + i];
+      for (int q = 0; q < me.p; ++q) {
+        map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
+        for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+      }
+    }
   }
 
   // Loads the maps of steps [first, first + count), 1 <= count <= Batch, for the thread's row. Slots

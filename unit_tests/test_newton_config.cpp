@@ -184,17 +184,17 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
     return stats.mode;
   };
   // Below the sequential threshold: on a host fused when the sequence fits one window; on a device
-  // fused only when B x groups x 128 reaches the resident threads (measured), newton otherwise.
+  // fused only when B x groups x 1536 reaches the resident threads (measured), newton otherwise.
   auto parallel_mode = [&](int B, int groups, bool fits_window) {
     if (on_host) return fits_window ? NewtonMode::fused : NewtonMode::newton;
-    return double(B) * groups * 128 >= concurrency ? NewtonMode::fused : NewtonMode::newton;
+    return double(B) * groups * 1536 >= concurrency ? NewtonMode::fused : NewtonMode::newton;
   };
   // The measured default: on a host Newton must beat 2.5 K times the loop's work per step.
   EXPECT_EQ(mode_for(concurrency, 50, 1, NewtonConfig{}), NewtonMode::sequential);
   EXPECT_EQ(mode_for(1, 50, 1, NewtonConfig{}),
             (on_host ? 7.5 : 1.0) >= concurrency ? NewtonMode::sequential : parallel_mode(1, 1, true));
   if (!on_host) { // enough groups for the fused kernel, too few to fill the device one per thread
-    const int B = (concurrency + 127) / 128;
+    const int B = (concurrency + 1535) / 1536;
     EXPECT_EQ(mode_for(B, 50, 1, NewtonConfig{}), NewtonMode::fused);
     EXPECT_EQ(mode_for(B / 2, 50, 1, NewtonConfig{}), NewtonMode::newton);
   }

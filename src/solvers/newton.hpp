@@ -33,7 +33,7 @@
 //               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
 //               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian, no
 //               residual_atol, no Picard) and, on a host, the sequence fits one window or, on a
-//               device, B x groups x 128 >= space.concurrency(); otherwise newton.
+//               device, B x groups x 1536 >= space.concurrency(); otherwise newton.
 //
 // Non-finite inputs: a NaN or Inf in u at step t makes h of that batch element non-finite from t
 // on (other batch elements are unaffected) and its residual infinite; with residual_fail set the
@@ -81,11 +81,12 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   if (!fusable) return NewtonMode::newton;
   if (on_host) return shape.steps <= plan_fused<Cell, Acc>(space, shape, config).window ? NewtonMode::fused : NewtonMode::newton;
   // A device runs the fused kernel with at most 16 threads per group, one team per batch element
-  // and tile: with few groups it cannot fill the device, while the newton mode's scans also split
-  // the time axis. Measured on the H200 (ParaGRU, fp32, K = 3): 256 groups, fused 7.4 ms against
-  // newton 4.8 ms; 4096 groups, fused 1.9 ms against 18.2 ms. The switch sits between 1/1056 and
-  // 1/66 of the resident threads; 1/128 is taken.
-  return double(shape.batch) * shape.groups * 128 >= double(space.concurrency()) ? NewtonMode::fused : NewtonMode::newton;
+  // and tile: its time grows with T alone (about 53 ns per step for K = 3 on the H200, ParaGRU,
+  // fp32, at 1 and at 256 groups), while the newton mode's one-pass scans grow with B x groups x T
+  // (0.31 ns per element at 256 groups). They cross near 175 groups of a 65536-step sequence, which
+  // is 1/1536 of the H200's resident threads: at 256 groups fused takes 3.6 ms against 5.2 ms, at
+  // one group 13.7 ms against 0.56 ms (session 5, docs/performance.md).
+  return double(shape.batch) * shape.groups * 1536 >= double(space.concurrency()) ? NewtonMode::fused : NewtonMode::newton;
 }
 
 // The checks newton_solve and newton_backward share (h is the output of one, an input of the other).

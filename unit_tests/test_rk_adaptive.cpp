@@ -151,6 +151,31 @@ TYPED_TEST(RungeKuttaAdaptive, SteppedLoopsMatchFusedOnesBitwise) {
   EXPECT_EQ(launches, most); // one attempt per launch, until every trajectory is done
 }
 
+// The PyTorch adapter hands solve() a workspace from its allocator (SolveOptions::workspace): the
+// results must be those of the call that allocates for itself, observations between the ends included.
+TYPED_TEST(RungeKuttaAdaptive, ACallerWorkspaceGivesTheSameResults) {
+  using Space = TypeParam;
+  const int N = 33;
+  const OscillatorBatch<double, Space> batch(N);
+  const std::vector<double> times{0, 0.37, 1.0, 2.5};
+  View2<double, Space> own("own", N, 2), given("given", N, 2);
+  View3<double, Space> own_obs("own_obs", N, 4, 2), given_obs("given_obs", N, 4, 2);
+  auto check = [&](auto method, const auto& steps, const char* what) {
+    const auto report = ode::solve(Space{}, method, batch.problem(), steps, ode::final_and_observed(own, own_obs));
+    Kokkos::View<char*, typename Space::memory_space> workspace("workspace", ode::solve_workspace_bytes<double>(N, 2, steps));
+    ode::SolveOptions options;
+    options.workspace = {workspace.data(), workspace.extent(0)};
+    const auto with_workspace =
+        ode::solve(Space{}, method, batch.problem(), steps, ode::final_and_observed(given, given_obs), options);
+    EXPECT_TRUE(bitwise_equal(own, given)) << what;
+    EXPECT_TRUE(bitwise_equal(own_obs, given_obs)) << what;
+    EXPECT_EQ(host_vector(report.accepted), host_vector(with_workspace.accepted)) << what;
+    EXPECT_EQ(with_workspace.failed, 0) << what;
+  };
+  check(ode::DormandPrince5{}, interval(2.5, 1e-8, 1e-10).observe_at(times), "adaptive");
+  check(ode::RK4{}, ode::FixedSteps::count(0, 0.01, 250).observe_at(times), "fixed steps");
+}
+
 TYPED_TEST(RungeKuttaAdaptive, PerComponentTolerancesReplaceTheScalars) {
   using Space = TypeParam;
   const int N = 16;

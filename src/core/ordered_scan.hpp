@@ -61,9 +61,9 @@ namespace paraseq {
 
 // How time chunks find their entering states (see the top of this file).
 enum class TimeSplit {
-  automatic,  // two passes here; the Newton solver's scans ask for one pass on devices (newton.hpp)
+  automatic,  // two passes here; the Newton solver's scans ask for one pass on devices (newton_kernels.hpp)
   two_pass,   // chunk maps, then the states entering the chunks, then the re-run
-  single_pass // where the plan splits time (G > 1): chunks of one window (P x L steps), chained
+  single_pass // where the plan splits time (G > 1): chunks of one window (P x L steps), chained by a look-back
 };
 
 // Decomposition overrides; 0 means "choose from the execution space and the shape".

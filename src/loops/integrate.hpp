@@ -182,6 +182,19 @@ KOKKOS_INLINE_FUNCTION void note_nonfinite_row(const V& v, long i, long& lowest)
     if (i < long(v.extent(0)) && i < lowest && !row_is_finite(v, i)) lowest = i;
 }
 
+// The reduction of require_finite: the lowest non-finite row of each of the three Views.
+template <class A, class B, class C>
+struct LowestNonfiniteRows {
+  A a;
+  B b;
+  C c;
+  KOKKOS_INLINE_FUNCTION void operator()(long i, long& lowest_a, long& lowest_b, long& lowest_c) const {
+    note_nonfinite_row(a, i, lowest_a);
+    note_nonfinite_row(b, i, lowest_b);
+    note_nonfinite_row(c, i, lowest_c);
+  }
+};
+
 // Throws if one of up to three Views (rank 1 to 3, each optional) holds a NaN or Inf, naming the
 // first such View in argument order and its first such row. One reduction and one host read for all.
 template <class Space, class A, class B = NoView, class C = NoView>
@@ -194,14 +207,9 @@ void require_finite(const std::string& fn, const Space& space, const char* const
   const long count = std::max({rows(a), rows(b), rows(c)});
   if (count == 0) return;
   long first_a = LONG_MAX, first_b = LONG_MAX, first_c = LONG_MAX;
-  Kokkos::parallel_reduce(
-      "paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, count),
-      KOKKOS_LAMBDA(long i, long& lowest_a, long& lowest_b, long& lowest_c) {
-        note_nonfinite_row(a, i, lowest_a);
-        note_nonfinite_row(b, i, lowest_b);
-        note_nonfinite_row(c, i, lowest_c);
-      },
-      Kokkos::Min<long>(first_a), Kokkos::Min<long>(first_b), Kokkos::Min<long>(first_c));
+  Kokkos::parallel_reduce("paraseq::ode::check_finite", Kokkos::RangePolicy<Space>(space, 0, count),
+                          LowestNonfiniteRows<A, B, C>{a, b, c}, Kokkos::Min<long>(first_a), Kokkos::Min<long>(first_b),
+                          Kokkos::Min<long>(first_c));
   const long first[3] = {first_a, first_b, first_c};
   for (int k = 0; k < 3; ++k)
     if (first[k] != LONG_MAX)
@@ -425,12 +433,17 @@ auto trajectory_policy(const Space& space, int begin, int end) {
   return Kokkos::RangePolicy<Space, Schedule, Tag...>(space, begin, end);
 }
 
+template <class StatusView>
+struct CountRunning {
+  StatusView status;
+  KOKKOS_INLINE_FUNCTION void operator()(int i, long& sum) const { sum += status(i) == status_running; }
+};
+
 template <class Space, class StatusView>
 long count_running(const Space& space, const StatusView& status) {
   long running = 0;
-  Kokkos::parallel_reduce(
-      "paraseq::ode::count_running", Kokkos::RangePolicy<Space>(space, 0, status.extent(0)),
-      KOKKOS_LAMBDA(int i, long& sum) { sum += status(i) == status_running; }, running);
+  Kokkos::parallel_reduce("paraseq::ode::count_running", Kokkos::RangePolicy<Space>(space, 0, status.extent(0)),
+                          CountRunning<StatusView>{status}, running);
   return running;
 }
 
@@ -483,26 +496,30 @@ ReportRows report_rows(const Report<typename Space::memory_space>& report) {
   return {report.status.data(), report.accepted.data(), report.rejected.data()};
 }
 
+// The reduction of summarize: failures, the lowest failed key 8 i + status + 1, the most accepted steps.
+template <class Mem>
+struct SummarizeReport {
+  Kokkos::View<int*, Mem> status, accepted;
+  KOKKOS_INLINE_FUNCTION void operator()(long i, long& failures, long& lowest, int& highest) const {
+    const bool bad = status(i) != int(Status::success);
+    failures += bad;
+    const long key = 8 * i + (status(i) + 1);
+    if (bad && key < lowest) lowest = key;
+    if (accepted(i) > highest) highest = accepted(i);
+  }
+};
+
 // Fills the report's totals from its per-trajectory Views (one reduction, one host read, which is
 // the call's fence: the staged uploads are released after it) and throws if asked to.
 template <class Space, class Mem>
 void summarize(const std::string& fn, const Space& space, Report<Mem>& report, bool throw_on_failure,
                Staging<Space>* staging = nullptr) {
   const long N = long(report.status.extent(0));
-  auto status = report.status;
-  auto accepted = report.accepted;
   long failed = 0, first = LONG_MAX; // first: 8 i + status + 1 of the lowest failed trajectory i
   int most = 0;
-  Kokkos::parallel_reduce(
-      "paraseq::ode::summarize", Kokkos::RangePolicy<Space>(space, 0, N),
-      KOKKOS_LAMBDA(long i, long& failures, long& lowest, int& highest) {
-        const bool bad = status(i) != int(Status::success);
-        failures += bad;
-        const long key = 8 * i + (status(i) + 1);
-        if (bad && key < lowest) lowest = key;
-        if (accepted(i) > highest) highest = accepted(i);
-      },
-      Kokkos::Sum<long>(failed), Kokkos::Min<long>(first), Kokkos::Max<int>(most));
+  Kokkos::parallel_reduce("paraseq::ode::summarize", Kokkos::RangePolicy<Space>(space, 0, N),
+                          SummarizeReport<Mem>{report.status, report.accepted}, Kokkos::Sum<long>(failed),
+                          Kokkos::Min<long>(first), Kokkos::Max<int>(most));
   if (staging) staging->release();
   report.failed = failed;
   report.max_accepted = most;
@@ -545,22 +562,36 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
 
 // total(q) += rows(0, q) + ... + rows(count - 1, q), in row (trajectory) order, so that the sum has
 // the same bits on every run and for every chunking of the batch.
+template <class Rows, class Total>
+struct AddRows {
+  Rows rows;
+  int count;
+  Total total;
+  KOKKOS_INLINE_FUNCTION void operator()(int q) const {
+    double sum = total(q);
+    for (int row = 0; row < count; ++row) sum += double(rows(row, q));
+    total(q) = sum;
+  }
+};
+
 template <class Space, class Rows, class Total>
 void add_rows(const Space& space, const Rows& rows, int count, const Total& total) {
-  Kokkos::parallel_for(
-      "paraseq::ode::add_rows", Kokkos::RangePolicy<Space>(space, 0, total.extent(0)), KOKKOS_LAMBDA(int q) {
-        double sum = total(q);
-        for (int row = 0; row < count; ++row) sum += double(rows(row, q));
-        total(q) = sum;
-      });
+  Kokkos::parallel_for("paraseq::ode::add_rows", Kokkos::RangePolicy<Space>(space, 0, total.extent(0)),
+                       AddRows<Rows, Total>{rows, count, total});
 }
 
 // to(q) = from(q), converted to to's value type.
+template <class From, class To>
+struct Convert {
+  From from;
+  To to;
+  KOKKOS_INLINE_FUNCTION void operator()(int q) const { to(q) = typename To::non_const_value_type(from(q)); }
+};
+
 template <class Space, class From, class To>
 void convert(const Space& space, const From& from, const To& to) {
-  Kokkos::parallel_for(
-      "paraseq::ode::convert", Kokkos::RangePolicy<Space>(space, 0, to.extent(0)),
-      KOKKOS_LAMBDA(int q) { to(q) = typename To::non_const_value_type(from(q)); });
+  Kokkos::parallel_for("paraseq::ode::convert", Kokkos::RangePolicy<Space>(space, 0, to.extent(0)),
+                       Convert<From, To>{from, to});
 }
 
 // Checks what solve() and solve_with_gradient() share; returns n.

@@ -33,6 +33,29 @@ struct KokkosOdeField {
   }
 };
 
+// One KokkosODE Solve per trajectory i, with its work arrays in rows of the batch's Views.
+template <class Solver, class Field, class T, int Capacity, class Mem, class YEnd>
+struct KokkosOdeSolve {
+  Field field;
+  ForwardData<T> data;
+  KokkosODE::Experimental::ODE_params params;
+  double t0, t_end;
+  Kokkos::View<T**, Kokkos::LayoutRight, Mem> y_old, y_new, temp;
+  Kokkos::View<T***, Kokkos::LayoutRight, Mem> stages;
+  Kokkos::View<int*, Mem> status, steps;
+  YEnd y_end;
+
+  KOKKOS_FUNCTION void operator()(int i) const {
+    const KokkosOdeField<Field, T, Capacity> ode{field, Capacity, data.parameters(i)};
+    auto y0_i = Kokkos::subview(y_old, i, Kokkos::ALL);
+    for (int k = 0; k < Capacity; ++k) y0_i(k) = data.y0(i, k);
+    auto y_i = Kokkos::subview(y_new, i, Kokkos::ALL);
+    status(i) = int(Solver::Solve(ode, params, T(t0), T(t_end), y0_i, y_i, Kokkos::subview(temp, i, Kokkos::ALL),
+                                  Kokkos::subview(stages, i, Kokkos::ALL, Kokkos::ALL), &steps(i)));
+    for (int k = 0; k < Capacity; ++k) y_end(i, k) = y_i(k);
+  }
+};
+
 } // namespace detail
 
 // Integrates every trajectory from t0 to t_end with KokkosODE's method `Type` and `params`
@@ -58,17 +81,9 @@ kokkos_ode_solve(const Space& space, const Problem<Field, Y0, Params, NoView>& p
   Kokkos::View<T***, Kokkos::LayoutRight, Mem> stages("paraseq::ode::kokkos_ode_stages", N, Solver::num_stages(), n);
   Kokkos::View<int*, Mem> status("paraseq::ode::kokkos_ode_status", N);
   const auto data = detail::ForwardData<T>{detail::strided2<const T>(problem.y0), detail::strided2<const T>(problem.params)};
-  const Field field = problem.field;
-  Kokkos::parallel_for(
-      "paraseq::ode::kokkos_ode_solve", Kokkos::RangePolicy<Space>(space, 0, N), KOKKOS_LAMBDA(int i) {
-        const detail::KokkosOdeField<Field, T, n> ode{field, n, data.parameters(i)};
-        auto y0_i = Kokkos::subview(y_old, i, Kokkos::ALL);
-        for (int k = 0; k < n; ++k) y0_i(k) = data.y0(i, k);
-        auto y_i = Kokkos::subview(y_new, i, Kokkos::ALL);
-        status(i) = int(Solver::Solve(ode, params, T(t0), T(t_end), y0_i, y_i, Kokkos::subview(temp, i, Kokkos::ALL),
-                                      Kokkos::subview(stages, i, Kokkos::ALL, Kokkos::ALL), &steps(i)));
-        for (int k = 0; k < n; ++k) y_end(i, k) = y_i(k);
-      });
+  using solve_t = detail::KokkosOdeSolve<Solver, Field, T, n, Mem, YEnd>;
+  Kokkos::parallel_for("paraseq::ode::kokkos_ode_solve", Kokkos::RangePolicy<Space>(space, 0, N),
+                       solve_t{problem.field, data, params, t0, t_end, y_old, y_new, temp, stages, status, steps, y_end});
   return status;
 }
 

@@ -121,6 +121,28 @@ auto as_matrix(const View& view) { // [B, T, D] -> [B*T, D], no copy
   return matrix_t(view.data(), view.extent(0) * view.extent(1), view.extent(2));
 }
 
+// u(row, column) = bias(column): the rows of u start from the bias, then the GEMM adds x W^T.
+template <class Matrix, class BiasView>
+struct FillBias {
+  Matrix u;
+  BiasView bias;
+  KOKKOS_INLINE_FUNCTION void operator()(long row, long column) const { u(row, column) = bias(column); }
+};
+
+// partial(run, column) = the sum of du(row, column) over the run's rows [256 run, 256 (run + 1)).
+template <class Matrix, class PartialView>
+struct BiasPartials {
+  static constexpr long run_length = 256;
+  Matrix du;
+  PartialView partial;
+  long rows;
+  KOKKOS_INLINE_FUNCTION void operator()(long run, long column) const {
+    typename PartialView::non_const_value_type sum = 0;
+    for (long row = run * run_length; row < Kokkos::min(rows, (run + 1) * run_length); ++row) sum += du(row, column);
+    partial(run, column) = sum;
+  }
+};
+
 template <class View>
 void require_contiguous(const char* fn, const char* argument, const View& view) {
   static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>,
@@ -147,7 +169,7 @@ void project_inputs(const ExecSpace& space, const XView& x, const WView& W, cons
   const auto u_matrix = detail::as_matrix(u);
   Kokkos::parallel_for("paraseq::project_inputs_bias",
                        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {long(u_matrix.extent(0)), U}),
-                       KOKKOS_LAMBDA(long row, long column) { u_matrix(row, column) = bias(column); });
+                       detail::FillBias<std::decay_t<decltype(u_matrix)>, BiasView>{u_matrix, bias});
   detail::gemm(space, false, true, 1, detail::as_matrix(x), W, 1, u_matrix);
 }
 
@@ -176,18 +198,14 @@ void project_inputs_backward(const ExecSpace& space, const XView& x, const WView
     detail::gemm(space, false, false, 1, du_matrix, W, 0, detail::as_matrix(dx));
   }
 
-  // db: runs of 256 rows, then the runs in order.
-  const long rows = B * T, runs = std::max<long>(1, detail::ceil_div(rows, 256));
-  using acc_t = typename DBiasView::non_const_value_type;
-  Kokkos::View<acc_t**, Kokkos::LayoutRight, typename ExecSpace::memory_space> partial(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::bias_partials"), runs, U);
+  // db: fixed runs of rows, then the runs in order.
+  using partial_view =
+      Kokkos::View<typename DBiasView::non_const_value_type**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  using partials_t = detail::BiasPartials<std::decay_t<decltype(du_matrix)>, partial_view>;
+  const long rows = B * T, runs = std::max<long>(1, detail::ceil_div(rows, partials_t::run_length));
+  partial_view partial(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::bias_partials"), runs, U);
   Kokkos::parallel_for("paraseq::bias_partials", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {runs, U}),
-                       KOKKOS_LAMBDA(long run, long column) {
-                         acc_t sum = 0;
-                         for (long row = run * 256; row < Kokkos::min(rows, (run + 1) * 256); ++row)
-                           sum += du_matrix(row, column);
-                         partial(run, column) = sum;
-                       });
+                       partials_t{du_matrix, partial, rows});
   Kokkos::parallel_for("paraseq::bias_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, U),
                        detail::SumPartials<decltype(partial), DBiasView>{partial, dbias});
 }

@@ -265,17 +265,22 @@ void compute_residual(const ExecSpace& space, const Cell& cell, const UView& u, 
                        ConvergenceFlags<MemorySpace>{slice_max, residual, converged, slices, threshold});
 }
 
+// The largest residual of the batch; a NaN wins, so that divergence is never read as convergence.
+template <class MemorySpace>
+struct LargestResidual {
+  Kokkos::View<double*, MemorySpace> residual;
+  KOKKOS_INLINE_FUNCTION void operator()(int b, double& largest) const {
+    if (!(residual(b) <= largest)) largest = residual(b);
+  }
+};
+
 // The only place the solver reads device data on the host: the largest residual of the batch.
 template <class ExecSpace, class MemorySpace>
 double read_residual_on_host(const ExecSpace& space, const Kokkos::View<double*, MemorySpace>& residual) {
   ++newton_host_sync_counter();
   double largest = 0;
-  Kokkos::parallel_reduce(
-      "paraseq::newton_max_residual", Kokkos::RangePolicy<ExecSpace>(space, 0, residual.extent(0)),
-      KOKKOS_LAMBDA(int b, double& m) {
-        if (!(residual(b) <= m)) m = residual(b);
-      },
-      Kokkos::Max<double>(largest));
+  Kokkos::parallel_reduce("paraseq::newton_max_residual", Kokkos::RangePolicy<ExecSpace>(space, 0, residual.extent(0)),
+                          LargestResidual<MemorySpace>{residual}, Kokkos::Max<double>(largest));
   space.fence("paraseq::newton_solve: read the residual");
   return largest;
 }

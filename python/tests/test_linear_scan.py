@@ -70,6 +70,23 @@ def test_gradcheck(device, structure, reverse):
 
 
 @pytest.mark.parametrize("structure,reverse", CASES)
+def test_gradgradcheck(device, structure, reverse):
+    """The backward is itself differentiable (it calls the operators through autograd)."""
+    A, b, h0 = operands(structure, device, T=5, N=4, k=2)
+    inputs = [A.requires_grad_(), b.requires_grad_()] + ([] if reverse else [h0.requires_grad_()])
+    fn = (lambda A, b: linear_scan(A, b, None, structure, True)) if reverse else \
+        (lambda A, b, h0: linear_scan(A, b, h0, structure))
+    assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+def test_no_steps_give_zero_gradients(device):
+    A, b, h0 = operands("diag", device, T=0)
+    A.requires_grad_(), b.requires_grad_(), h0.requires_grad_()
+    linear_scan(A, b, h0).sum().backward()
+    assert A.grad.shape == A.shape and h0.grad is not None and not h0.grad.any()
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
 def test_opcheck(device, structure, reverse):
     A, b, h0 = operands(structure, device, T=9, N=4, k=2, dtype=torch.float32)
     args = (A.requires_grad_(), b.requires_grad_(), None if reverse else h0, structure, reverse)

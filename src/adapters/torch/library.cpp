@@ -1,5 +1,5 @@
 // The operators of the paraseq namespace: their schemas, and their kernels (kernels.hpp) for the
-// CPU and, when Kokkos has CUDA, for CUDA. Fake kernels and autograd: python/paraseq/_ops.py.
+// CPU and, when Kokkos has CUDA, for CUDA. Autograd kernels: autograd.cpp; fake kernels: python/paraseq/_ops.py.
 #include "kernels.hpp"
 #include "runtime.hpp"
 

@@ -1,0 +1,250 @@
+// The autograd kernels of the differentiable paraseq operators (linear_scan, para_gru, para_lstm,
+// odeint), registered in C++ for the Autograd dispatch key. Each forward runs the operator below
+// autograd (its CPU or CUDA kernel, or under torch.compile its fake kernel) and each backward calls
+// the operators, so torch.compile still sees one opaque node per solve, and gradients of gradients
+// go through autograd again. In C++ rather than with torch.library.register_autograd, because that
+// Python wrapper cost about 10 us of every call (docs/performance.md, per-call overhead).
+#include "kernels.hpp"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/einsum.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+
+namespace paraseq::torch_bridge {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The dispatcher's handle of operator `name`, whose kernels have the C++ signature Kernel.
+template <class Kernel>
+c10::TypedOperatorHandle<Kernel> operator_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Kernel>();
+}
+
+std::optional<at::Tensor> optional_if(bool given, const at::Tensor& tensor) {
+  return given ? std::optional<at::Tensor>(tensor) : std::nullopt;
+}
+
+// ---- linear_scan --------------------------------------------------------------------------------
+
+const auto& linear_scan_op() {
+  static const auto handle = operator_handle<decltype(linear_scan)>("paraseq::linear_scan");
+  return handle;
+}
+
+// [first, x_0, ..., x_{T-2}] along time: the previous state of every step.
+at::Tensor shifted(const at::Tensor& x, const at::Tensor& first) {
+  return at::cat({first.unsqueeze(1), x.slice(1, 0, x.size(1) - 1)}, 1);
+}
+
+// dA_t = left_t right_t^T in the layout of A: its diagonal, its k x k blocks, or all of it.
+at::Tensor outer(const std::string& structure, const at::Tensor& left, const at::Tensor& right, int64_t block_size) {
+  if (structure == "diag") return left * right;
+  if (structure == "dense") return left.unsqueeze(-1) * right.unsqueeze(-2);
+  const int64_t B = left.size(0), T = left.size(1), groups = left.size(2) / block_size;
+  return left.reshape({B, T, groups, block_size}).unsqueeze(-1) * right.reshape({B, T, groups, block_size}).unsqueeze(-2);
+}
+
+// A_t^T v for one time step (A_t [B, ...], v [B, N]).
+at::Tensor transpose_apply(const std::string& structure, const at::Tensor& A_t, const at::Tensor& v) {
+  if (structure == "diag") return A_t * v;
+  if (structure == "dense") return at::einsum("bij,bi->bj", {A_t, v});
+  const int64_t B = A_t.size(0), groups = A_t.size(1), k = A_t.size(2);
+  return at::einsum("bgij,bgi->bgj", {A_t, v.reshape({B, groups, k})}).reshape({B, groups * k});
+}
+
+struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& A, const at::Tensor& b,
+                            const std::optional<at::Tensor>& h0, const std::string& structure, bool reverse) {
+    at::Tensor output;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      output = linear_scan_op().call(A, b, h0, structure, reverse);
+    }
+    ctx->saved_data["structure"] = structure;
+    ctx->saved_data["reverse"] = reverse;
+    ctx->saved_data["has_h0"] = h0.has_value();
+    ctx->save_for_backward({A, output, h0.value_or(at::Tensor())});
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &A = saved[0], &output = saved[1], &h0 = saved[2];
+    const std::string structure = ctx->saved_data["structure"].toStringRef();
+    const bool reverse = ctx->saved_data["reverse"].toBool(), has_h0 = ctx->saved_data["has_h0"].toBool();
+    if (output.size(1) == 0) // no steps: nothing depends on A or h0
+      return {at::zeros_like(A), at::zeros_like(output), has_h0 ? at::zeros_like(h0) : at::Tensor(), {}, {}};
+    // The adjoint of the forward recurrence is the reverse one over the same A, and vice versa.
+    const at::Tensor adjoint = linear_scan_op().call(A, grads[0].contiguous(), std::nullopt, structure, !reverse);
+    at::Tensor left, right;
+    if (reverse) { // lambda_t = A_{t+1}^T lambda_{t+1} + b_t: dA_t = lambda_t adjoint_{t-1}^T, dA_0 = 0
+      left = output;
+      right = shifted(adjoint, at::zeros_like(adjoint.select(1, 0)));
+    } else { // h_t = A_t h_{t-1} + b_t: dA_t = adjoint_t h_{t-1}^T
+      left = adjoint;
+      right = shifted(output, has_h0 ? h0 : at::zeros_like(output.select(1, 0)));
+    }
+    const at::Tensor dA = outer(structure, left, right, A.size(-1));
+    const at::Tensor dh0 = has_h0 ? transpose_apply(structure, A.select(1, 0), adjoint.select(1, 0)) : at::Tensor();
+    return {dA, adjoint, dh0, {}, {}};
+  }
+};
+
+at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
+                                const std::string& structure, bool reverse) {
+  return LinearScanFunction::apply(A, b, h0, structure, reverse);
+}
+
+// ---- ParaGRU / ParaLSTM Newton solves ------------------------------------------------------------
+// The solver settings after the tensors are passed through; the residual output is a diagnostic
+// (max |F| per batch element), not differentiable.
+
+struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a,
+                               const std::optional<at::Tensor>& h0, int64_t max_iters, double omega,
+                               std::optional<double> residual_atol, std::optional<double> residual_fail,
+                               int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                               bool with_residual) {
+    static const auto op = operator_handle<decltype(para_gru)>("paraseq::para_gru");
+    at::Tensor h, residual;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(h, residual) = op.call(u, a, h0, max_iters, omega, residual_atol, residual_fail, picard_iters,
+                                      picard_adapt, scan_backend, with_residual);
+    }
+    ctx->saved_data["has_h0"] = h0.has_value();
+    ctx->save_for_backward({u, a, h0.value_or(at::Tensor()), h});
+    ctx->mark_non_differentiable({residual});
+    return {h, residual};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = operator_handle<decltype(para_gru_backward)>("paraseq::para_gru_backward");
+    const auto saved = ctx->get_saved_variables();
+    const bool has_h0 = ctx->saved_data["has_h0"].toBool();
+    auto [du, da, dh0] = op.call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
+    variable_list result(11);
+    result[0] = du, result[1] = da, result[2] = has_h0 ? dh0 : at::Tensor();
+    return result;
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> para_gru_autograd(const at::Tensor& u, const at::Tensor& a,
+                                                     const std::optional<at::Tensor>& h0, int64_t max_iters,
+                                                     double omega, std::optional<double> residual_atol,
+                                                     std::optional<double> residual_fail, int64_t picard_iters,
+                                                     bool picard_adapt, const std::string& scan_backend,
+                                                     bool with_residual) {
+  const auto outputs = ParaGruFunction::apply(u, a, h0, max_iters, omega, residual_atol, residual_fail, picard_iters,
+                                              picard_adapt, scan_backend, with_residual);
+  return {outputs[0], outputs[1]};
+}
+
+struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                               const std::optional<at::Tensor>& state0, int64_t max_iters, double omega,
+                               std::optional<double> residual_atol, std::optional<double> residual_fail,
+                               int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                               bool with_residual) {
+    static const auto op = operator_handle<decltype(para_lstm)>("paraseq::para_lstm");
+    at::Tensor state, residual;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(state, residual) = op.call(u, a, p, state0, max_iters, omega, residual_atol, residual_fail,
+                                          picard_iters, picard_adapt, scan_backend, with_residual);
+    }
+    ctx->saved_data["has_state0"] = state0.has_value();
+    ctx->save_for_backward({u, a, p, state0.value_or(at::Tensor()), state});
+    ctx->mark_non_differentiable({residual});
+    return {state, residual};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = operator_handle<decltype(para_lstm_backward)>("paraseq::para_lstm_backward");
+    const auto saved = ctx->get_saved_variables();
+    const bool has_state0 = ctx->saved_data["has_state0"].toBool();
+    auto [du, da, dp, dstate0] =
+        op.call(saved[0], saved[1], saved[2], optional_if(has_state0, saved[3]), saved[4], grads[0].contiguous());
+    variable_list result(12);
+    result[0] = du, result[1] = da, result[2] = dp, result[3] = has_state0 ? dstate0 : at::Tensor();
+    return result;
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                                                      const std::optional<at::Tensor>& state0, int64_t max_iters,
+                                                      double omega, std::optional<double> residual_atol,
+                                                      std::optional<double> residual_fail, int64_t picard_iters,
+                                                      bool picard_adapt, const std::string& scan_backend,
+                                                      bool with_residual) {
+  const auto outputs = ParaLstmFunction::apply(u, a, p, state0, max_iters, omega, residual_atol, residual_fail,
+                                               picard_iters, picard_adapt, scan_backend, with_residual);
+  return {outputs[0], outputs[1]};
+}
+
+// ---- odeint -------------------------------------------------------------------------------------
+// Gradients flow to y0, params and shared; the observation times t get none.
+
+struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const std::string& field, const at::Tensor& y0, const at::Tensor& t,
+                            const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared,
+                            int64_t mlp_hidden, const std::string& method, std::optional<double> step_size,
+                            double rtol, double atol, int64_t max_steps) {
+    static const auto op = operator_handle<decltype(odeint)>("paraseq::odeint");
+    at::Tensor observed;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      observed = op.call(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps);
+    }
+    auto& data = ctx->saved_data;
+    data["field"] = field, data["mlp_hidden"] = mlp_hidden, data["method"] = method, data["step_size"] = step_size;
+    data["rtol"] = rtol, data["atol"] = atol, data["max_steps"] = max_steps;
+    data["has_params"] = params.has_value(), data["has_shared"] = shared.has_value();
+    ctx->save_for_backward({y0, t, params.value_or(at::Tensor()), shared.value_or(at::Tensor())});
+    return observed;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = operator_handle<decltype(odeint_backward)>("paraseq::odeint_backward");
+    const auto saved = ctx->get_saved_variables();
+    auto& data = ctx->saved_data;
+    const bool has_params = data["has_params"].toBool(), has_shared = data["has_shared"].toBool();
+    auto [grad_y0, grad_params, grad_shared] =
+        op.call(data["field"].toStringRef(), saved[0], saved[1], optional_if(has_params, saved[2]),
+                optional_if(has_shared, saved[3]), data["mlp_hidden"].toInt(), data["method"].toStringRef(),
+                data["step_size"].toOptional<double>(), data["rtol"].toDouble(), data["atol"].toDouble(),
+                data["max_steps"].toInt(), grads[0].contiguous());
+    variable_list result(11);
+    result[1] = grad_y0;
+    result[3] = has_params ? grad_params : at::Tensor();
+    result[4] = has_shared ? grad_shared : at::Tensor();
+    return result;
+  }
+};
+
+at::Tensor odeint_autograd(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
+                           const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared,
+                           int64_t mlp_hidden, const std::string& method, std::optional<double> step_size, double rtol,
+                           double atol, int64_t max_steps) {
+  return OdeintFunction::apply(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps);
+}
+
+} // namespace
+} // namespace paraseq::torch_bridge
+
+TORCH_LIBRARY_IMPL(paraseq, Autograd, m) {
+  using namespace paraseq::torch_bridge;
+  m.impl("linear_scan", &linear_scan_autograd);
+  m.impl("para_gru", &para_gru_autograd);
+  m.impl("para_lstm", &para_lstm_autograd);
+  m.impl("odeint", &odeint_autograd);
+}

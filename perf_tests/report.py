@@ -25,10 +25,19 @@ def machine_line(report):
 
 def results_table(report):
     lines = ["| benchmark | time | GB/s | % of copy | GFLOP/s |", "| --- | ---: | ---: | ---: | ---: |"]
+    overhead = []
     for r in report["results"]:
+        if r["name"].startswith("torch_overhead/"):
+            overhead.append(r)
+            continue
         pct = f"{r['pct_copy_bandwidth']:.0f}%" if r["pct_copy_bandwidth"] is not None else "–"
         name = r["name"].replace("/manual_time", "")
         lines.append(f"| `{name}` | {r['seconds'] * 1e3:.3f} ms | {r['GBps']:.1f} | {pct} | {r['GFLOPps']:.1f} |")
+    if overhead:
+        lines += ["", "| torch operator, per call | device | time | over torch.add |", "| --- | --- | ---: | ---: |"]
+        for r in overhead:
+            ratio = f"{r['time_over_copy_time']:.1f}x" if r.get("time_over_copy_time") else "–"
+            lines.append(f"| `{r['name'].split(':', 1)[1]}` | {r['device']} | {r['seconds'] * 1e6:.2f} µs | {ratio} |")
     return "\n".join(lines)
 
 

@@ -14,6 +14,10 @@ a normalised time more than --threshold (default 15%) above the baseline's is fl
 
 --timeout SECONDS runs each benchmark in a process of its own and reports those that outrun it
 (the GPU runs use it: one pathological case must not cost the whole run).
+
+When the build has the PyTorch operators (src/adapters/torch/libparaseq_torch.so) and torch imports,
+the run also times the operators' per-call overhead (torch_overhead/...: tiny calls, back to back)
+on --torch-device; those times are normalised by torch.add's of the same run instead of the copy's.
 """
 
 import argparse
@@ -156,6 +160,49 @@ def summarize(raw):
     return results
 
 
+TORCH_REFERENCE = "torch_overhead/op:torch.add"
+
+
+def torch_overhead(build_dir, device):
+    """Per-call time of the operators on tiny inputs (their fixed cost: checks, dispatch, autograd,
+    launch) next to torch.add on tensors of the same size, or [] without torch or the library."""
+    library = os.path.join(build_dir, "src", "adapters", "torch", "libparaseq_torch.so")
+    if not os.path.isfile(library) and "PARASEQ_TORCH_LIBRARY" not in os.environ:
+        return []
+    os.environ.setdefault("PARASEQ_TORCH_LIBRARY", os.path.abspath(library))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    try:
+        import torch  # noqa: PLC0415 - optional
+        import paraseq  # noqa: PLC0415
+        from torch_check import median_call_microseconds  # noqa: PLC0415
+    except ImportError as error:
+        print(f"run_benchmarks: no torch operator overhead ({error})")
+        return []
+    A = torch.full((1, 1, 1), 0.5, device=device)
+    b = torch.ones(1, 1, 1, device=device)
+    A_grad = A.clone().requires_grad_()
+    oscillator = paraseq.fields.DampedOscillator(torch.ones(1, device=device), torch.zeros(1, device=device))
+    y0 = torch.ones(1, 2, device=device)
+    ends = torch.tensor([0.0, 0.01])
+    calls = {
+        "torch.add": lambda: torch.add(A, b),
+        "linear_scan": lambda: torch.ops.paraseq.linear_scan(A, b, None, "diag", False),
+        "linear_scan_recording_autograd": lambda: torch.ops.paraseq.linear_scan(A_grad, b, None, "diag", False),
+        "odeint_rk4_one_step": lambda: paraseq.odeint(oscillator, y0, ends, method="rk4", step_size=0.01),
+    }
+    return [{"name": f"torch_overhead/op:{name}", "shape": {}, "device": device,
+             "seconds": median_call_microseconds(call, device) * 1e-6, "bytes": 0.0, "flops": 0.0, "GBps": 0.0,
+             "GFLOPps": 0.0, "pct_copy_bandwidth": None, "pct_fma_peak": None} for name, call in calls.items()]
+
+
+def normalise_torch_overhead(results):
+    """The operators' per-call times over torch.add's of the same run (their in-run reference)."""
+    reference = next((r for r in results if r["name"] == TORCH_REFERENCE), None)
+    for r in results:
+        if r["name"].startswith("torch_overhead/"):
+            r["time_over_copy_time"] = r["seconds"] / reference["seconds"] if reference else None
+
+
 def compare(results, baseline, threshold):
     """(rows, drift): rows of (name, baseline normalised time, this run's, ratio, ratio over the
     suite's drift, flagged); drift is the median ratio of the suite. A benchmark is flagged when it
@@ -168,7 +215,7 @@ def compare(results, baseline, threshold):
         old = base.get(r["name"])
         if not old or not r["time_over_copy_time"] or not old.get("time_over_copy_time"):
             continue
-        if r["name"].startswith("ceiling_"):
+        if r["name"].startswith("ceiling_") or r["name"] == TORCH_REFERENCE:
             continue
         pairs.append((r["name"], old["time_over_copy_time"], r["time_over_copy_time"]))
     ratios = sorted(new / old for _, old, new in pairs)
@@ -180,6 +227,10 @@ def compare(results, baseline, threshold):
 def print_table(results):
     print(f"{'benchmark':58} {'time':>11} {'GB/s':>9} {'%copy':>6} {'GFLOP/s':>9}")
     for r in results:
+        if r["name"].startswith("torch_overhead/"):
+            ratio = f"{r['time_over_copy_time']:.1f}x torch.add" if r["time_over_copy_time"] else ""
+            print(f"{r['name'][:58]:58} {r['seconds'] * 1e6:9.2f}us  {r['device']:>4} {ratio}")
+            continue
         pct = f"{r['pct_copy_bandwidth']:.0f}" if r["pct_copy_bandwidth"] is not None else "-"
         print(f"{r['name'][:58]:58} {r['seconds'] * 1e3:9.3f}ms {r['GBps']:9.2f} {pct:>6} {r['GFLOPps']:9.2f}")
 
@@ -200,6 +251,8 @@ def main():
                         help="summarise this Google Benchmark JSON (from a run elsewhere) instead of running")
     parser.add_argument("--machine", default=None,
                         help="with --raw: the machine the run was made on (this machine is described otherwise)")
+    parser.add_argument("--torch-device", default="cpu",
+                        help="the device of the torch operator overhead (cpu or cuda; skipped with --raw)")
     args = parser.parse_args()
 
     executable = os.path.join(args.build_dir, "perf_tests", "paraseq_benchmarks")
@@ -213,12 +266,16 @@ def main():
                        args.out + ".raw" if args.out else None)
     else:
         raw = run_suite(executable, benchmark_filter, repetitions, 0.05 if args.quick else 0.2)
+    results = summarize(raw)
+    if not args.raw:
+        results += torch_overhead(args.build_dir, args.torch_device)
+        normalise_torch_overhead(results)
     report = {
         "machine": {"description": args.machine} if args.machine else machine_description(),
         "versions": build_versions(args.build_dir),
         "context": raw.get("context", {}),
         "suite": "quick" if args.quick and not args.filter else "full",
-        "results": summarize(raw),
+        "results": results,
         "timed_out": raw.get("timed_out", []),
     }
     print_table(report["results"])

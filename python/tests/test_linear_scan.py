@@ -60,23 +60,24 @@ def test_block_sizes(device, k):
     assert torch.allclose(linear_scan(A, b, h0, "block"), reference(A, b, h0, "block", False), atol=1e-12)
 
 
-@pytest.mark.parametrize("structure,reverse", CASES)
-def test_gradcheck(device, structure, reverse):
-    A, b, h0 = operands(structure, device, T=9, N=4, k=2)
+def differentiable_scan(structure, reverse, device, T):
+    """(fn, inputs) for gradcheck: the scan of (A, b[, h0]) with every input requiring grad (no h0 in reverse)."""
+    A, b, h0 = operands(structure, device, T=T, N=4, k=2)
     inputs = [A.requires_grad_(), b.requires_grad_()] + ([] if reverse else [h0.requires_grad_()])
     fn = (lambda A, b: linear_scan(A, b, None, structure, True)) if reverse else \
         (lambda A, b, h0: linear_scan(A, b, h0, structure))
-    assert torch.autograd.gradcheck(fn, inputs)
+    return fn, inputs
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_gradcheck(device, structure, reverse):
+    assert torch.autograd.gradcheck(*differentiable_scan(structure, reverse, device, T=9))
 
 
 @pytest.mark.parametrize("structure,reverse", CASES)
 def test_gradgradcheck(device, structure, reverse):
     """The backward is itself differentiable (it calls the operators through autograd)."""
-    A, b, h0 = operands(structure, device, T=5, N=4, k=2)
-    inputs = [A.requires_grad_(), b.requires_grad_()] + ([] if reverse else [h0.requires_grad_()])
-    fn = (lambda A, b: linear_scan(A, b, None, structure, True)) if reverse else \
-        (lambda A, b, h0: linear_scan(A, b, h0, structure))
-    assert torch.autograd.gradgradcheck(fn, inputs)
+    assert torch.autograd.gradgradcheck(*differentiable_scan(structure, reverse, device, T=5))
 
 
 def test_no_steps_give_zero_gradients(device):

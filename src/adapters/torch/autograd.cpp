@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 
 namespace paraseq::torch_bridge {
 namespace {
@@ -24,10 +25,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The dispatcher's handle of operator `name`, whose kernels have the C++ signature Kernel.
-template <class Kernel>
-c10::TypedOperatorHandle<Kernel> operator_handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Kernel>();
+// The dispatcher's handle of operator `name`, whose CPU/CUDA kernel is Kernel (kernels.hpp), looked
+// up on first use: the schemas are registered by library.cpp's static initialisers.
+template <auto& Kernel>
+const auto& operator_handle(const char* name) {
+  static const auto handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<std::remove_reference_t<decltype(Kernel)>>();
+  return handle;
 }
 
 std::optional<at::Tensor> optional_if(bool given, const at::Tensor& tensor) {
@@ -35,8 +39,8 @@ std::optional<at::Tensor> optional_if(bool given, const at::Tensor& tensor) {
 }
 
 // Whether an argument takes part in differentiation: a tensor that requires grad while grad mode is
-// on, or that carries a forward-mode tangent (level 0, as ATen's generated autograd kernels check;
-// Function then reports that the operator has no forward mode). Settings never do.
+// on, or that carries a forward-mode tangent (level 0, as ATen's generated autograd kernels check),
+// so that a tangent reaches Function rather than being dropped. Settings never do.
 template <class Setting>
 bool differentiated(const Setting&) {
   return false;
@@ -69,24 +73,13 @@ auto run_with_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&..
   return as_result<Result>(Function::apply(args...));
 }
 
-// ---- linear_scan --------------------------------------------------------------------------------
+// The differentiable operators, each called by its autograd kernel and by its Function's forward.
+const auto& linear_scan_op() { return operator_handle<linear_scan>("paraseq::linear_scan"); }
+const auto& para_gru_op() { return operator_handle<para_gru>("paraseq::para_gru"); }
+const auto& para_lstm_op() { return operator_handle<para_lstm>("paraseq::para_lstm"); }
+const auto& odeint_op() { return operator_handle<odeint>("paraseq::odeint"); }
 
-const auto& linear_scan_op() {
-  static const auto handle = operator_handle<decltype(linear_scan)>("paraseq::linear_scan");
-  return handle;
-}
-const auto& para_gru_op() {
-  static const auto handle = operator_handle<decltype(para_gru)>("paraseq::para_gru");
-  return handle;
-}
-const auto& para_lstm_op() {
-  static const auto handle = operator_handle<decltype(para_lstm)>("paraseq::para_lstm");
-  return handle;
-}
-const auto& odeint_op() {
-  static const auto handle = operator_handle<decltype(odeint)>("paraseq::odeint");
-  return handle;
-}
+// ---- linear_scan --------------------------------------------------------------------------------
 
 // [first, x_0, ..., x_{T-2}] along time: the previous state of every step.
 at::Tensor shifted(const at::Tensor& x, const at::Tensor& first) {
@@ -175,7 +168,7 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op = operator_handle<decltype(para_gru_backward)>("paraseq::para_gru_backward");
+    const auto& op = operator_handle<para_gru_backward>("paraseq::para_gru_backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_h0 = ctx->saved_data["has_h0"].toBool();
     auto [du, da, dh0] = op.call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
@@ -214,7 +207,7 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op = operator_handle<decltype(para_lstm_backward)>("paraseq::para_lstm_backward");
+    const auto& op = operator_handle<para_lstm_backward>("paraseq::para_lstm_backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_state0 = ctx->saved_data["has_state0"].toBool();
     auto [du, da, dp, dstate0] =
@@ -257,7 +250,7 @@ struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op = operator_handle<decltype(odeint_backward)>("paraseq::odeint_backward");
+    const auto& op = operator_handle<odeint_backward>("paraseq::odeint_backward");
     const auto saved = ctx->get_saved_variables();
     auto& data = ctx->saved_data;
     const bool has_params = data["has_params"].toBool(), has_shared = data["has_shared"].toBool();

@@ -23,10 +23,13 @@ TYPED_TEST_SUITE(LinearScan, ExecutionSpaces, SpaceName);
 
 // Decompositions to cover: the automatic plan, the sequential loop, time chunks with one thread per
 // team, windows of several sub-chunks (where the space allows teams of more than one thread), and
-// time chunks found in two passes and in one (chunks of one window, chained by the look-back).
+// time chunks found in two passes and in one (chunks of one window, chained by the look-back; with
+// chunks of a few steps, hundreds of chunks in dozens of segments).
+// At most `max_team_chunks` sub-chunks: a Dense map (up to 32 x 33 values, 8.4 KiB in double) per
+// sub-chunk leaves room for 3 in OpenMP's 32 KiB of team scratch.
 template <class Space>
-std::vector<ScanConfig> decompositions() {
-  const int team = std::min(4, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
+std::vector<ScanConfig> decompositions(int max_team_chunks = 4) {
+  const int team = std::min(max_team_chunks, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
                                    KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
   constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
   std::vector<ScanConfig> configs{ScanConfig{},          sequential_scan_config, ScanConfig{1, 5, 7, two},
@@ -35,6 +38,10 @@ std::vector<ScanConfig> decompositions() {
     configs.push_back(ScanConfig{p, 3, 1});
     configs.push_back(ScanConfig{p, 4, 3, two});
     configs.push_back(ScanConfig{p, 4, 3, one});
+  }
+  if (team >= 3) { // the scan of the sub-chunk maps with a count that is not a power of two
+    configs.push_back(ScanConfig{3, 5, 1});
+    configs.push_back(ScanConfig{3, 2, 4, one});
   }
   return configs;
 }
@@ -101,7 +108,7 @@ TYPED_TEST(LinearScan, DenseMatchesSequentialReferenceInDouble) {
   using Space = TypeParam;
   View4<double, Space> A("A", 2, 300, 8, 8);
   fill_contractive(A, 8, 5);
-  expect_matches_reference<Space, double>(Dense{}, A, 2, 300, 8, 1e-12, decompositions<Space>());
+  expect_matches_reference<Space, double>(Dense{}, A, 2, 300, 8, 1e-12, decompositions<Space>(3));
   View4<double, Space> A32("A32", 1, 64, 32, 32);
   fill_contractive(A32, 32, 6);
   expect_matches_reference<Space, double>(Dense{}, A32, 1, 64, 32, 1e-12, {ScanConfig{}, ScanConfig{1, 5, 4}});
@@ -197,7 +204,7 @@ TYPED_TEST(LinearScan, AdjointIdentity) {
   View3<double, Space> b("b", B, T_steps, N), g("g", B, T_steps, N), h("h", B, T_steps, N), lambda("l", B, T_steps, N);
   fill_uniform(b, -1, 1, 52);
   fill_uniform(g, -1, 1, 53);
-  for (const ScanConfig& config : decompositions<Space>()) {
+  for (const ScanConfig& config : decompositions<Space>(3)) {
     SCOPED_TRACE(describe(config));
     linear_scan(Space{}, Dense{}, A, b, h, config);
     linear_scan_reverse(Space{}, Dense{}, A, g, lambda, config);
@@ -282,6 +289,16 @@ TYPED_TEST(LinearScan, BadShapesNameTheArgumentAndTheShapes) {
   View4<double, Space> A_dense("A", 2, 10, 4, 3);
   EXPECT_THAT(thrown_message([&] { linear_scan_reverse(Space{}, Dense{}, A_dense, b, h); }),
               AllOf(HasSubstr("linear_scan_reverse"), HasSubstr("'A'"), HasSubstr("[2, 10, 4, 3]")));
+}
+
+// A requested P whose maps do not fit the space's team scratch (64 Dense maps in double: 540 KiB,
+// beyond every backend) is an error that says so, not a failed launch.
+TYPED_TEST(LinearScan, SubChunksBeyondTheTeamScratchAreAnError) {
+  using Space = TypeParam;
+  View4<double, Space> A("A", 1, 64, 32, 32);
+  View3<double, Space> b("b", 1, 64, 32), h("h", 1, 64, 32);
+  EXPECT_THAT(thrown_message([&] { linear_scan(Space{}, Dense{}, A, b, h, ScanConfig{64, 0, 1}); }),
+              AllOf(HasSubstr("ScanConfig::team_chunks = 64"), HasSubstr("bytes of team scratch")));
 }
 
 } // namespace

@@ -13,12 +13,13 @@
 //       two passes (hosts): a first kernel composes each chunk into one map, a second applies the
 //         maps in chunk order, and the main kernel re-runs the chunks: the operands are read twice.
 //       one pass (devices): a chunk is one window, held on chip. Its team composes it, publishes
-//         the chunk's map, finds the state entering it from the chunks before (a look-back through
-//         published maps and states, below), publishes the state leaving it and re-runs it: the
-//         operands are read once.
+//         the chunk's map, finds the state entering it from the chunks before (a two-level
+//         look-back through published maps and states, ChainedTag) and re-runs it: the operands
+//         are read once.
 //   * windows: a team walks its chunk in windows of P x L steps. Its P sub-chunk threads each compose
-//     L steps into a map (kept in team scratch), then each re-runs its steps from the window's
-//     entering state advanced through the maps of the sub-chunks before it.
+//     L steps into a map (kept in team scratch), an ordered scan of those maps (log2 P rounds) gives
+//     each the composition of the sub-chunks before it, and each re-runs its steps from the window's
+//     entering state through that composition.
 //   * rows: a thread handles a row of adjacent groups: one on a GPU, where the threads of a warp take
 //     adjacent groups and so read consecutive channels of one step (coalesced); 32 on a CPU, where a
 //     thread walks cache lines.
@@ -182,6 +183,32 @@ inline constexpr int batch_steps = Structure::fixed_group_size == 0 || runs_on_h
                                        ? 0
                                        : std::clamp(48 / detail::map_size<Structure::max_group_size>, 1, 16);
 
+namespace detail {
+
+// Devices with few groups per team (lanes < 8, L <= Batch): the threads of a warp are mostly
+// sub-chunks, whose steps lie L apart in memory, so one load or store instruction of a thread's own
+// steps would touch up to 32 memory sectors. The one-pass kernel then moves a window through team
+// scratch step by step (consecutive threads take consecutive groups, then steps: contiguous memory).
+template <class Structure, class ExecSpace>
+KOKKOS_INLINE_FUNCTION constexpr bool stages_windows(const ScanPlan& plan) {
+  constexpr int batch = batch_steps<Structure, ExecSpace>;
+  return batch > 0 && plan.lanes < 8 && plan.chunk_length <= batch;
+}
+
+// Team scratch of a window, in values: the sub-chunk maps ([P][lanes] maps), the carries
+// ([2][lanes][D]) and, where windows are staged, a window of step maps (the states stored from it
+// take less) with one value of padding every 16 maps (bank conflicts; staged_offset).
+template <class Structure, class ExecSpace>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t window_scratch_count(const ScanPlan& plan) {
+  constexpr int D = Structure::max_group_size;
+  const std::size_t sub_chunk_maps = std::size_t(plan.team_chunks) * plan.lanes;
+  const std::size_t staged_maps = sub_chunk_maps * plan.chunk_length;
+  return sub_chunk_maps * map_size<D> + 2 * std::size_t(plan.lanes) * D +
+         (stages_windows<Structure, ExecSpace>(plan) ? staged_maps * map_size<D> + staged_maps / 16 + 1 : 0);
+}
+
+} // namespace detail
+
 // Chooses the decomposition from a cost model. Composing a step into a map costs about d + 1 times
 // a plain step (d columns and the offset go through L_s), so splitting time only pays where the
 // extra work is spread over otherwise idle threads. Host spaces run one thread per team; device
@@ -202,6 +229,8 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
   const long teams = long(shape.batch) * detail::ceil_div(shape.groups, plan.lanes);
   const double threads_per_team = row_threads; // before sub-chunks
 
+  constexpr int batch = batch_steps<Structure, ExecSpace>;
+  plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : on_host ? 256 : batch > 0 ? batch : 32;
   if (config.team_chunks > 0) plan.team_chunks = config.team_chunks;
   else if (on_host) plan.team_chunks = 1;
   else {
@@ -210,19 +239,18 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     // its resident threads (H200: the one-step-per-thread plan over 2^16 channels ran 1.9x faster
     // than 8 sub-chunks, while 2^14 channels gained from them; docs/performance.md), so
     // sub-chunks pay only while the threads without them are fewer than that saturation divided
-    // by the extra work.
+    // by the extra work. Teams whose windows are staged grow to 256 threads (the session 6
+    // prototype's tiles, docs/performance.md); the scan of the sub-chunk maps takes log2 P rounds.
     const double saturation = concurrency / 4;
     const double threads = std::max(1.0, teams * threads_per_team);
     const std::size_t map_bytes = sizeof(Acc) * detail::map_size<D> * plan.lanes;
     const long by_scratch = long(std::max<std::size_t>(1, (32 * 1024) / map_bytes));
     const long by_fill = threads * (compose_cost + 1) < saturation ? detail::round_up_pow2(long(saturation / threads)) : 1;
-    const long team_cap = plan.lanes >= 32 ? 16 : 32; // the carry prefix costs O(P) map applications
+    const long team_cap = plan.lanes >= 32 ? 16 : detail::stages_windows<Structure, ExecSpace>(plan) ? 256 / plan.lanes : 32;
     plan.team_chunks = int(std::max(1L, std::min({team_cap, by_scratch, by_fill})));
     while (plan.team_chunks & (plan.team_chunks - 1)) --plan.team_chunks; // a power of two
   }
   plan.team_size = plan.team_chunks * row_threads;
-  constexpr int batch = batch_steps<Structure, ExecSpace>;
-  plan.chunk_length = config.chunk_length > 0 ? config.chunk_length : on_host ? 256 : batch > 0 ? batch : 32;
 
   // Predicted time of G time chunks, in plain steps per thread: summaries of G-1 chunks, then all G.
   const double steps = std::max(1, shape.steps);
@@ -249,11 +277,15 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     plan.time_chunks = int(best);
   }
   plan.time_chunks = int(std::clamp<long>(plan.time_chunks, 1, std::max(1, shape.steps)));
-  // One pass only when asked for and time is split; its chunks are windows, so G follows from P x L.
-  // On the H200 it pays where a step's map is computed (Newton's linearisations: the second pass
-  // computes them again) and not where it is read (materialised operands: the look-back costs more
-  // than the second read); docs/performance.md.
-  plan.single_pass = config.time_split == TimeSplit::single_pass && plan.time_chunks > 1;
+  // One pass only where time is split; its chunks are windows, so G follows from P x L. Asked for,
+  // or on devices by default where windows are staged through team scratch (fewer than 8 groups per
+  // team): there a window's operands are read once, coalesced, and its states are stored coalesced.
+  // With more groups per team, two passes unless asked: on the H200 the one pass pays where a
+  // step's map is computed (Newton's linearisations: the second pass computes them again) and not
+  // where it is read (the look-back costs more than the second read); docs/performance.md.
+  const bool one_pass = config.time_split == TimeSplit::single_pass ||
+                        (config.time_split == TimeSplit::automatic && !on_host && detail::stages_windows<Structure, ExecSpace>(plan));
+  plan.single_pass = one_pass && plan.time_chunks > 1;
   plan.chunk_steps = plan.single_pass ? plan.team_chunks * plan.chunk_length
                                       : int(detail::ceil_div(std::max(1, shape.steps), plan.time_chunks));
   plan.time_chunks = int(detail::ceil_div(std::max(1, shape.steps), plan.chunk_steps)); // no empty chunk
@@ -268,6 +300,8 @@ class OrderedScan {
   static constexpr int MapSize = map_size<D>;
   static constexpr int Rows = lanes_per_thread<Structure, ExecSpace>;
   static constexpr int Batch = batch_steps<Structure, ExecSpace>;
+  // One pass: consecutive chunks form segments of this many (the two-level look-back, ChainedTag).
+  static constexpr int SegmentChunks = 8;
   // A batch of step maps for a thread's row: [step][row][map].
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
 
@@ -292,22 +326,23 @@ public:
     if (shape_.batch == 0 || shape_.steps == 0 || shape_.groups == 0) return;
     fit_team_size(space, team_chunks_requested);
     const int G = plan_.time_chunks;
+    const std::size_t per_chunk = std::size_t(shape_.batch) * shape_.groups;
+    auto buffer = [&](const std::string& label, std::size_t count) {
+      return buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label), count);
+    };
     if (plan_.single_pass) {
-      const std::size_t published = std::size_t(G) * shape_.batch * shape_.groups;
-      chunk_maps_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_maps"),
-                                published * MapSize);
-      carries_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_carries"),
-                             published * D);
-      status_ = status_view(Kokkos::view_alloc(space, "paraseq::chunk_status"), 1 + std::size_t(G) * shape_.batch * tiles_);
+      const int segments = int(ceil_div(G, SegmentChunks));
+      chunk_maps_ = buffer("paraseq::chunk_maps", per_chunk * G * MapSize);
+      segment_maps_ = buffer("paraseq::segment_maps", per_chunk * segments * MapSize);
+      carries_ = buffer("paraseq::segment_states", per_chunk * segments * D);
+      status_ = status_view(Kokkos::view_alloc(space, "paraseq::chunk_status"),
+                            1 + std::size_t(G + segments) * shape_.batch * tiles_);
       launch<ChainedTag>(space, "paraseq::scan_single_pass", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
       return;
     }
     if (G > 1) {
-      const std::size_t per_chunk = std::size_t(shape_.batch) * shape_.groups;
-      chunk_maps_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_maps"),
-                                per_chunk * (G - 1) * MapSize);
-      carries_ = buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::chunk_carries"),
-                             per_chunk * G * D);
+      chunk_maps_ = buffer("paraseq::chunk_maps", per_chunk * (G - 1) * MapSize);
+      carries_ = buffer("paraseq::chunk_carries", per_chunk * G * D);
       launch<SummarizeTag>(space, "paraseq::scan_summarize", std::size_t(shape_.batch) * tiles_ * (G - 1),
                            summarize_scratch_bytes());
       Kokkos::parallel_for("paraseq::scan_carries",
@@ -317,8 +352,8 @@ public:
     launch<ApplyTag>(space, "paraseq::scan_apply", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
   }
 
-  // Phase 1 (G > 1): thread p composes an equal slice of the chunk, then the maps are folded in
-  // order into the chunk's map.
+  // Phase 1 (G > 1): thread p composes an equal slice of the chunk; the scan of the slices' maps
+  // ends in the chunk's map.
   KOKKOS_FUNCTION void operator()(SummarizeTag, const member_type<SummarizeTag>& team) const {
     const int chunks = plan_.time_chunks - 1;
     const int chunk = team.league_rank() % chunks;
@@ -326,7 +361,7 @@ public:
     const int batch = team.league_rank() / chunks / tiles_;
     const int P = plan_.team_chunks, slice = int(ceil_div(plan_.chunk_steps, P));
     const Thread me = thread_of(team, tile);
-    scratch_view scratch(team.team_scratch(0), std::size_t(P) * plan_.lanes * MapSize);
+    scratch_view scratch(team.team_scratch(0), summarize_scratch_count());
     Acc* const maps = scratch.data(); // [P][lanes][MapSize]
 
     // Chunks before the last are full: chunk_steps steps each.
@@ -335,10 +370,12 @@ public:
     compose_steps(me, batch, tile, first, Kokkos::max(0, Kokkos::min(slice, plan_.chunk_steps - me.p * slice)), false,
                   cached, maps);
     team.team_barrier();
-    if (me.p == 0)
+    scan_sub_chunks(team, me, maps);
+    if (me.p == P - 1)
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r;
-        fold_sub_chunks(maps, lane, P, chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane)));
+        Acc* chunk_map = chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane));
+        for (int i = 0; i < MapSize; ++i) chunk_map[i] = map_at(maps, P - 1, lane)[i];
       }
   }
 
@@ -356,7 +393,8 @@ public:
     }
   }
 
-  // Phase 3: walk the chunk in windows; within a window, sub-chunks start from composed carries.
+  // Phase 3: walk the chunk in windows; within a window, each sub-chunk enters through the scanned
+  // maps of the ones before it.
   KOKKOS_FUNCTION void operator()(ApplyTag, const member_type<ApplyTag>& team) const {
     const int G = plan_.time_chunks;
     const int chunk = team.league_rank() % G;
@@ -365,7 +403,7 @@ public:
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
     const int P = plan_.team_chunks, L = plan_.chunk_length, lanes = plan_.lanes;
     const Thread me = thread_of(team, tile);
-    scratch_view scratch(team.team_scratch(0), apply_scratch_count());
+    scratch_view scratch(team.team_scratch(0), window_scratch_count<Structure, ExecSpace>(plan_));
     Acc* const maps = scratch.data();                             // [P][lanes][MapSize]
     Acc* const carries = maps + std::size_t(P) * lanes * MapSize; // [2][lanes][D]
     auto carry_at = [&](int which, int lane) { return carries + (std::size_t(which) * lanes + lane) * D; };
@@ -388,9 +426,10 @@ public:
       const bool resident = Batch > 0 && count <= Batch;
       if constexpr (Batch > 0)
         if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
-      // The last active sub-chunk's map is never needed: no carry is derived from it.
-      if (me.p < active - 1) compose_steps(me, batch, tile, first, count, resident, cached, maps);
+      // The last active sub-chunk's map is never needed (no carry is derived from it): identity.
+      compose_steps(me, batch, tile, first, me.p < active - 1 ? count : 0, resident, cached, maps);
       team.team_barrier();
+      scan_sub_chunks(team, me, maps);
       if (count > 0) {
         Acc x[Rows][D];
         enter_sub_chunk(me, maps, carry_at(current, 0), x);
@@ -408,15 +447,23 @@ public:
   }
 
   // One pass: a team runs one chunk of one window. Teams take chunks in the order they start (a
-  // ticket), chunk-major, so every chunk a team looks back to belongs to a team that has started:
-  // the wait always ends. Per chunk:
-  //   1. every sub-chunk composes its steps; sub-chunk 0 folds them into the chunk's map and
-  //      publishes it (status 1);
-  //   2. the team looks back to the nearest earlier chunk that has published the state leaving it
-  //      (status 2); sub-chunk 0 applies the maps of the chunks in between in order and publishes
-  //      the state leaving this chunk (status 2). Every state is thus the maps applied one by one
-  //      from the initial state, however far a team looked back: the result is bitwise reproducible;
-  //   3. the sub-chunks re-run their steps from the entering state, as in ApplyTag.
+  // ticket), chunk-major, so every chunk a team waits for belongs to a team that has started: the
+  // waits end. SegmentChunks consecutive chunks form a segment, closed by its last chunk. Chunk c
+  // of segment s:
+  //   1. its sub-chunks compose their steps and scan the maps, which ends in the chunk's map M_c;
+  //      it publishes M_c for the later chunks of the segment;
+  //   2. once the chunks before it in the segment have published theirs, the closing chunk folds
+  //      them and its own, in order, into the segment's map G_s and publishes it (status 1);
+  //   3. the state E_s entering the segment: from the nearest earlier segment that has published
+  //      the state leaving it (status 2), through the maps of the segments in between, one by one.
+  //      The closing chunk publishes E_{s+1} = G_s(E_s) (status 2);
+  //   4. the state entering c: E_s through the maps of the chunks before c in the segment, one by one;
+  //   5. the sub-chunks re-run their steps from it, as in ApplyTag.
+  // Every value has one recipe (a fixed fold; maps applied one by one), whichever published segment
+  // a team found: the result is bitwise reproducible. The two levels keep the serial part short: at
+  // most SegmentChunks - 1 chunk maps plus the segment maps back to a published state (a flat
+  // look-back over 2^14 chunks of one channel went back about 270 chunks on the H200;
+  // docs/performance.md).
   KOKKOS_FUNCTION void operator()(ChainedTag, const member_type<ChainedTag>& team) const {
     const int teams_per_chunk = shape_.batch * tiles_;
     int ticket = 0;
@@ -425,103 +472,101 @@ public:
     const int chunk = ticket / teams_per_chunk, tile = ticket % teams_per_chunk % tiles_;
     const int batch = ticket % teams_per_chunk / tiles_;
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);
-    const int L = plan_.chunk_length;
+    const int L = plan_.chunk_length, lanes = plan_.lanes;
     const Thread me = thread_of(team, tile);
-    scratch_view scratch(team.team_scratch(0), apply_scratch_count());
-    Acc* const maps = scratch.data();                                            // [P][lanes][MapSize]
-    Acc* const entering = maps + std::size_t(plan_.team_chunks) * plan_.lanes * MapSize; // [lanes][D]
+    scratch_view scratch(team.team_scratch(0), window_scratch_count<Structure, ExecSpace>(plan_));
+    Acc* const maps = scratch.data();                                              // [P][lanes][MapSize]
+    Acc* const entering = maps + std::size_t(plan_.team_chunks) * lanes * MapSize; // [lanes][D]
+    Acc* const staging = entering + 2 * std::size_t(lanes) * D;                    // the window, if staged
 
     const int active = int(ceil_div(end - begin, L));
     const int first = begin + me.p * L, count = Kokkos::max(0, Kokkos::min(L, end - first));
     const bool resident = Batch > 0 && count <= Batch;
     StepMaps cached;
-    load_window(team, me, batch, tile, begin, end, first, count, resident, entering + std::size_t(2) * plan_.lanes * D, cached);
-    if (me.p < active) compose_steps(me, batch, tile, first, count, resident, cached, maps);
+    load_window(team, me, batch, tile, begin, end, first, count, resident, staging, cached);
+    compose_steps(me, batch, tile, first, count, resident, cached, maps);
     team.team_barrier();
+    scan_sub_chunks(team, me, maps);
 
-    // Sub-chunk 0 folds the chunk's map; the last chunk's is never needed (nothing follows it), and
-    // chunk 0 publishes only its leaving state.
+    const int segment = chunk / SegmentChunks, segment_first = segment * SegmentChunks;
     const bool followed = chunk + 1 < plan_.time_chunks;
-    Acc chunk_map[Rows][MapSize];
-    if (me.p == 0 && followed) {
-      for (int r = 0; r < me.rows; ++r) {
-        const int lane = me.first_lane + r;
-        fold_sub_chunks(maps, lane, active, chunk_map[r]);
-        if (chunk > 0) {
+    const bool closes = followed && chunk + 1 == segment_first + SegmentChunks; // a later segment needs G_s, E_{s+1}
+    const std::size_t stride = published_stride();
+    // 1. M_c, for the later chunks of the segment.
+    if (followed && !closes) {
+      if (me.p == 0) {
+        for (int r = 0; r < me.rows; ++r) {
+          const int lane = me.first_lane + r;
           Acc* published = chunk_maps_.data() + published_index(batch, chunk, group_of(tile, lane)) * MapSize;
-          for (int i = 0; i < MapSize; ++i) published[i] = chunk_map[r][i];
+          for (int i = 0; i < MapSize; ++i) published[i] = map_at(maps, active - 1, lane)[i];
         }
+        Kokkos::memory_fence(); // the maps are visible before the status that announces them
       }
-      Kokkos::memory_fence(); // the maps are visible before the status that announces them
+      team.team_barrier();
+      if (team.team_rank() == 0) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
+    }
+    // 2. The maps of the chunks before c in the segment; the closing chunk folds G_s.
+    for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size()) {
+      const volatile int* status = &status_(status_index(batch, tile, k));
+      while (*status == 0) {
+      }
     }
     team.team_barrier();
-    if (team.team_rank() == 0 && chunk > 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
-
-    // The nearest earlier chunk whose leaving state is published (none before chunk 0). The team
-    // polls `width` earlier chunks at a time, a thread each (volatile reads, so that a GPU polls L2
-    // rather than a stale L1 line), until each has published at least its map; the nearest with a
-    // state ends the search.
-    int known = -1;
-    if (chunk > 0) {
-      const int width = Kokkos::min(team.team_size(), 32);
-      for (int newest = chunk - 1; known < 0; newest -= width) {
-        int found = -1;
-        const int polled = newest - team.team_rank();
-        if (team.team_rank() < width && polled >= 0) {
-          const volatile int* status = &status_(status_index(batch, tile, polled));
-          int seen;
-          while ((seen = *status) == 0) {
+    Kokkos::memory_fence(); // what the statuses announce is read after them
+    if (closes) {
+      if (me.p == 0) {
+        for (int r = 0; r < me.rows; ++r) {
+          const int lane = me.first_lane + r, group = group_of(tile, lane);
+          Acc fold[MapSize], later[MapSize];
+          const Acc* chunk_map = chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize;
+          read_published(chunk_map, MapSize, fold);
+          for (int k = 1; k < SegmentChunks - 1; ++k) {
+            read_published(chunk_map + k * stride * MapSize, MapSize, later);
+            map_prepend<Acc, D>(dim(), later, fold);
           }
-          if (seen == 2) found = polled;
+          map_prepend<Acc, D>(dim(), map_at(maps, active - 1, lane), fold);
+          Acc* published = segment_maps_.data() + published_index(batch, segment, group) * MapSize;
+          for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
         }
-        team.team_reduce(Kokkos::Max<int>(found));
-        known = found;
+        Kokkos::memory_fence();
       }
-      Kokkos::memory_fence(); // what the statuses announce is read after them
+      team.team_barrier();
+      // Segment 0 announces only its state (status 2), which needs no look-back: so every search
+      // ends there at the latest.
+      if (team.team_rank() == 0 && segment > 0) Kokkos::atomic_store(&status_(segment_status_index(batch, tile, segment)), 1);
     }
+    // 3.-4. E_s, E_{s+1} if c closes s, and the state entering c.
+    const int known = segment > 0 ? published_segment_before(team, batch, tile, segment) : -1;
     if (me.p == 0) {
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r, group = group_of(tile, lane);
-        Acc x[D], y[D];
-        if (chunk == 0) rec_.initial(batch, group, x);
+        Acc x[D];
+        if (known < 0) rec_.initial(batch, group, x);
         else read_published(carries_.data() + published_index(batch, known, group) * D, D, x);
-        // Through the maps of chunks known + 1 .. chunk - 1 to the entering state, then through this
-        // chunk's map to the leaving state (if a chunk follows): one loop, so every team computes a
-        // state the same way. Maps are read a few at a time, so their loads overlap.
-        constexpr int Ahead = 4;
-        const int last = followed ? chunk : chunk - 1;
-        for (int k = known + 1; k <= last; k += Ahead) {
-          Acc ahead[Ahead][MapSize];
-          PARASEQ_UNROLL
-          for (int j = 0; j < Ahead; ++j) {
-            if (k + j < chunk) read_published(chunk_maps_.data() + published_index(batch, k + j, group) * MapSize, MapSize, ahead[j]);
-            else if (k + j == chunk)
-              for (int i = 0; i < MapSize; ++i) ahead[j][i] = chunk_map[r][i];
-          }
-          PARASEQ_UNROLL
-          for (int j = 0; j < Ahead; ++j) {
-            if (k + j > last) continue; // unrolled: a guard, not a loop exit
-            if (k + j == chunk)
-              for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
-            map_apply<Acc, D>(dim(), ahead[j], x, y);
-            for (int i = 0; i < dim(); ++i) x[i] = y[i];
-          }
+        apply_published_maps(segment_maps_.data() + published_index(batch, known + 1, group) * MapSize, stride,
+                             segment - known - 1, x);
+        if (closes) { // this team wrote G_s: no volatile read needed
+          Acc* leaving = carries_.data() + published_index(batch, segment, group) * D;
+          map_apply<Acc, D>(dim(), segment_maps_.data() + published_index(batch, segment, group) * MapSize, x, leaving);
         }
-        if (followed) {
-          Acc* leaving = carries_.data() + published_index(batch, chunk, group) * D;
-          for (int i = 0; i < dim(); ++i) leaving[i] = x[i];
-        } else
-          for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
+        apply_published_maps(chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize, stride,
+                             chunk - segment_first, x);
+        for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
       }
       Kokkos::memory_fence();
     }
     team.team_barrier();
-    if (team.team_rank() == 0 && followed) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 2);
+    if (team.team_rank() == 0 && closes) Kokkos::atomic_store(&status_(segment_status_index(batch, tile, segment)), 2);
 
+    // 5.
     if (count > 0) {
       Acc x[Rows][D];
       enter_sub_chunk(me, maps, entering, x);
-      run_steps(me, batch, tile, first, count, resident, cached, x);
+      run_steps(me, batch, tile, first, count, resident, cached, x, staged() ? staging : nullptr, begin);
+    }
+    if (staged()) {
+      team.team_barrier();
+      store_window(team, me, batch, tile, begin, end, staging);
     }
   }
 
@@ -540,26 +585,89 @@ private:
     return {team.team_rank() / row_threads, first_lane, Kokkos::max(0, Kokkos::min(int(Rows), remaining))};
   }
 
-  // out <- the maps of sub-chunks 0 .. count - 1 of `lane`, composed in order.
-  KOKKOS_FUNCTION void fold_sub_chunks(Acc* maps, int lane, int count, Acc* out) const {
-    for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
-    for (int q = 1; q < count; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), out);
+  // The inclusive scan of the window's sub-chunk maps, in place: on return, map p of a lane is the
+  // composition of sub-chunks 0 .. p. Hillis-Steele: log2 P rounds, in each of which a thread reads
+  // map p - offset and composes it with its own in a fixed order, so the result is bitwise
+  // reproducible. Call after a barrier that follows the compose; it ends with one.
+  template <class Member>
+  KOKKOS_FUNCTION void scan_sub_chunks(const Member& team, const Thread& me, Acc* maps) const {
+    for (int offset = 1; offset < plan_.team_chunks; offset *= 2) {
+      const bool combines = me.p >= offset;
+      Acc earlier[Rows][MapSize];
+      PARASEQ_UNROLL
+      for (int r = 0; r < Rows; ++r) {
+        if (!combines || r >= me.rows) continue; // unrolled: earlier stays in registers
+        const Acc* source = map_at(maps, me.p - offset, me.first_lane + r);
+        for (int i = 0; i < MapSize; ++i) earlier[r][i] = source[i];
+      }
+      team.team_barrier();
+      PARASEQ_UNROLL
+      for (int r = 0; r < Rows; ++r) {
+        if (!combines || r >= me.rows) continue;
+        Acc* own = map_at(maps, me.p, me.first_lane + r);
+        map_prepend<Acc, D>(dim(), own, earlier[r]);
+        for (int i = 0; i < MapSize; ++i) own[i] = earlier[r][i];
+      }
+      team.team_barrier();
+    }
   }
 
   // x <- the state entering the thread's sub-chunk: the window's entering state (`carries`,
-  // [lanes][D]) through the maps of the sub-chunks before it.
-  KOKKOS_FUNCTION void enter_sub_chunk(const Thread& me, Acc* maps, const Acc* carries, Acc (&x)[Rows][D]) const {
-    Acc y[D];
+  // [lanes][D]) through the scanned map of the sub-chunks before it.
+  KOKKOS_FUNCTION void enter_sub_chunk(const Thread& me, Acc* scanned_maps, const Acc* carries, Acc (&x)[Rows][D]) const {
     PARASEQ_UNROLL
     for (int r = 0; r < Rows; ++r) {
       if (r >= me.rows) continue; // unrolled: x stays in registers
       const int lane = me.first_lane + r;
-      for (int i = 0; i < dim(); ++i) x[r][i] = carries[lane * D + i];
-      for (int q = 0; q < me.p; ++q) {
-        map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
-        for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+      if (me.p == 0)
+        for (int i = 0; i < dim(); ++i) x[r][i] = carries[lane * D + i];
+      else
+        map_apply<Acc, D>(dim(), map_at(scanned_maps, me.p - 1, lane), carries + lane * D, x[r]);
+    }
+  }
+
+  // x <- the `count` maps published at from, from + stride * MapSize, ..., applied to x in order.
+  // Maps are read a few at a time, so their loads overlap.
+  KOKKOS_FUNCTION void apply_published_maps(const Acc* from, std::size_t stride, int count, Acc* x) const {
+    constexpr int Ahead = 4;
+    Acc y[D];
+    for (int k = 0; k < count; k += Ahead) {
+      Acc ahead[Ahead][MapSize];
+      PARASEQ_UNROLL
+      for (int j = 0; j < Ahead; ++j)
+        read_published(from + std::size_t(Kokkos::min(k + j, count - 1)) * stride * MapSize, MapSize, ahead[j]);
+      PARASEQ_UNROLL
+      for (int j = 0; j < Ahead; ++j) {
+        if (k + j >= count) continue; // unrolled: a guard, not a loop exit
+        map_apply<Acc, D>(dim(), ahead[j], x, y);
+        for (int i = 0; i < dim(); ++i) x[i] = y[i];
       }
     }
+  }
+
+  // The nearest segment before `segment` that has published the state leaving it. The team polls
+  // `width` earlier segments at a time, a thread each (volatile reads, so that a GPU polls L2 rather
+  // than a stale L1 line), until each has published at least its map; segment 0 publishes its state
+  // and nothing before, so the search ends there at the latest.
+  template <class Member>
+  KOKKOS_FUNCTION int published_segment_before(const Member& team, int batch, int tile, int segment) const {
+    const int width = Kokkos::min(team.team_size(), 32);
+    int known = -1;
+    for (int newest = segment - 1; known < 0; newest -= width) {
+      int found = -1;
+      const int polled = newest - team.team_rank();
+      if (team.team_rank() < width && polled >= 0) {
+        const volatile int* status = &status_(segment_status_index(batch, tile, polled));
+        int seen;
+        while ((seen = *status) == 0) {
+        }
+        if (seen == 2) found = polled;
+      }
+      team.team_reduce(Kokkos::Max<int>(found));
+      known = found;
+    }
+    Kokkos::memory_fence(); // what the statuses announce is read after them
+    return known;
   }
 
   // Loads the maps of steps [first, first + count), 1 <= count <= Batch, for the thread's row. Slots
@@ -577,19 +685,12 @@ private:
     }
   }
 
-  // Devices with few groups per team (lanes < 8, L <= Batch): the threads of a warp are mostly
-  // sub-chunks, whose steps lie L apart in memory, so one load instruction would touch up to 32
-  // memory sectors. The team then loads the window's maps into team scratch step by step
-  // (consecutive threads take consecutive groups, then steps: contiguous memory), and each thread
-  // copies its own steps into `cached`. Decided per team, since it meets a barrier.
-  KOKKOS_FUNCTION bool staged() const { return Batch > 0 && plan_.lanes < 8 && plan_.chunk_length <= Batch; }
-  KOKKOS_FUNCTION std::size_t staging_count() const {
-    const std::size_t maps = std::size_t(plan_.team_chunks) * plan_.chunk_length * plan_.lanes;
-    return staged() ? maps * MapSize + maps / 16 + 1 : 0;
-  }
-  // Map e of the staged window (e = step * lanes + lane), one value of padding every 16 maps so that
-  // threads reading their own steps (16 maps apart for L = 16) fall in different banks.
+  // Windows staged through team scratch (stages_windows). Map e of the staged window (e = step *
+  // lanes + lane) and the state that replaces it, with one value of padding every 16 maps, so that
+  // threads reading their own steps (16 apart for L = 16) fall in different banks.
+  KOKKOS_FUNCTION bool staged() const { return stages_windows<Structure, ExecSpace>(plan_); }
   KOKKOS_FUNCTION static std::size_t staged_offset(int e) { return std::size_t(e) * MapSize + e / 16; }
+  KOKKOS_FUNCTION static std::size_t staged_state_offset(int e) { return std::size_t(e) * D + e / 16; }
 
   // Fills `cached` with the thread's steps [first, first + count) of the window [window, window_end)
   // when they stay resident (staged or per thread), or does nothing.
@@ -628,6 +729,18 @@ private:
     }
   }
 
+  // Stores the states of the staged window [window, window_end) from team scratch, as load_window
+  // loaded its maps: thread (p, lane) takes steps p, p + P, ... of its lane. Call after a barrier
+  // that follows the run.
+  template <class Member>
+  KOKKOS_FUNCTION void store_window(const Member& team, const Thread& me, int batch, int tile, int window,
+                                    int window_end, const Acc* staging) const {
+    const int lanes = plan_.lanes, lane = team.team_rank() % lanes, group = group_of(tile, lane);
+    if (group >= shape_.groups) return;
+    for (int step = me.p; window + step < window_end; step += plan_.team_chunks)
+      rec_.store(batch, window + step, group, staging + staged_state_offset(step * lanes + lane));
+  }
+
   // Calls body(step map, row, step) for steps [first, first + count) of the thread's row, in order,
   // a batch at a time; each batch is loaded into `cached` unless `resident` (then it is there already).
   template <class Body>
@@ -646,8 +759,8 @@ private:
     }
   }
 
-  // Composes steps [first, first + count) of the thread's row into its maps in team scratch; with
-  // `resident`, `cached` already holds them.
+  // Composes steps [first, first + count) of the thread's row into its maps in team scratch (the
+  // identity for count = 0); with `resident`, `cached` already holds them.
   KOKKOS_FUNCTION void compose_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
                                      StepMaps& cached, Acc* maps) const {
     for (int r = 0; r < me.rows; ++r) map_identity<Acc, D>(dim(), map_at(maps, me.p, me.first_lane + r));
@@ -664,14 +777,18 @@ private:
   }
 
   // Runs steps [first, first + count) of the thread's row from x, storing every state; x ends as the
-  // last. With `resident`, `cached` already holds the steps' maps.
+  // last. With `resident`, `cached` already holds the steps' maps. With `staging`, the states go to
+  // the staged window that starts at step `window` (store_window stores them) instead.
   KOKKOS_FUNCTION void run_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
-                                 StepMaps& cached, Acc (&x)[Rows][D]) const {
+                                 StepMaps& cached, Acc (&x)[Rows][D], Acc* staging = nullptr, int window = 0) const {
     Acc y[D];
     if constexpr (Batch > 0) {
       for_cached_steps(me, batch, tile, first, count, resident, cached, [&](const Acc* step_map, int r, int step) {
+        const int lane = me.first_lane + r;
         map_apply<Acc, D>(dim(), step_map, x[r], y);
-        rec_.store(batch, step, group_of(tile, me.first_lane + r), y);
+        if (staging)
+          for (int i = 0; i < dim(); ++i) staging[staged_state_offset((step - window) * plan_.lanes + lane) + i] = y[i];
+        else rec_.store(batch, step, group_of(tile, lane), y);
         for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
       });
     } else {
@@ -703,13 +820,19 @@ private:
   KOKKOS_FUNCTION std::size_t carry_offset(int batch, int chunk, int group) const {
     return ((std::size_t(batch) * plan_.time_chunks + chunk) * shape_.groups + group) * D;
   }
-  // One pass: the published map and state of (batch, chunk, group), and the status of (batch, tile,
-  // chunk) after the ticket counter in status_(0).
+  // One pass: the published map of (batch, chunk, group), and the map and leaving state of (batch,
+  // segment, group), at this index times their size; consecutive chunks (segments) of a (batch,
+  // group) lie `published_stride()` apart. Statuses, after the ticket counter in status_(0): one per
+  // (batch, tile, chunk), then one per (batch, tile, segment).
   KOKKOS_FUNCTION std::size_t published_index(int batch, int chunk, int group) const {
     return (std::size_t(chunk) * shape_.batch + batch) * shape_.groups + group;
   }
+  KOKKOS_FUNCTION std::size_t published_stride() const { return std::size_t(shape_.batch) * shape_.groups; }
   KOKKOS_FUNCTION std::size_t status_index(int batch, int tile, int chunk) const {
     return 1 + (std::size_t(chunk) * shape_.batch + batch) * tiles_ + tile;
+  }
+  KOKKOS_FUNCTION std::size_t segment_status_index(int batch, int tile, int segment) const {
+    return status_index(batch, tile, plan_.time_chunks + segment);
   }
   // Values another team published: volatile, so that a GPU reads them from L2 and not from a stale
   // L1 line.
@@ -718,17 +841,26 @@ private:
     for (int i = 0; i < count; ++i) to[i] = source[i];
   }
 
-  KOKKOS_FUNCTION std::size_t apply_scratch_count() const {
-    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize + 2 * std::size_t(plan_.lanes) * D + staging_count();
+  std::size_t apply_scratch_bytes() const {
+    return scratch_view::shmem_size(window_scratch_count<Structure, ExecSpace>(plan_));
   }
-  std::size_t apply_scratch_bytes() const { return scratch_view::shmem_size(apply_scratch_count()); }
-  std::size_t summarize_scratch_bytes() const {
-    return scratch_view::shmem_size(std::size_t(plan_.team_chunks) * plan_.lanes * MapSize);
+  KOKKOS_FUNCTION std::size_t summarize_scratch_count() const {
+    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize;
   }
+  std::size_t summarize_scratch_bytes() const { return scratch_view::shmem_size(summarize_scratch_count()); }
 
   // The team size the kernels' registers and scratch allow on `space` decides P in the end: a
-  // planned P above it halves until it fits (plan_scan cannot see a Recurrence's registers).
+  // planned P above it halves until it fits (plan_scan cannot see a Recurrence's registers, nor
+  // every space's scratch).
   void fit_team_size(const ExecSpace& space, bool requested) {
+    const std::size_t scratch_max = team_policy<ExecSpace, ApplyTag>(space, 1, 1).scratch_size_max(0);
+    for (std::size_t needed = apply_scratch_bytes(); needed > scratch_max; needed = apply_scratch_bytes()) {
+      if (requested || plan_.team_chunks == 1)
+        throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +
+                                    std::to_string(plan_.team_chunks) + " needs " + std::to_string(needed) +
+                                    " bytes of team scratch; this space allows " + std::to_string(scratch_max));
+      halve_team_chunks();
+    }
     auto team_max = [&] {
       if (plan_.single_pass)
         return team_policy<ExecSpace, ChainedTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
@@ -743,12 +875,16 @@ private:
         throw std::invalid_argument("paraseq::ordered_scan: ScanConfig::team_chunks = " +
                                     std::to_string(plan_.team_chunks) + " needs " + std::to_string(plan_.team_size) +
                                     " threads per team; this space allows " + std::to_string(limit));
-      plan_.team_size /= 2;
-      plan_.team_chunks /= 2;
-      if (plan_.single_pass) { // a chunk is a window: halving P doubles the chunks
-        plan_.chunk_steps = plan_.team_chunks * plan_.chunk_length;
-        plan_.time_chunks = int(ceil_div(shape_.steps, plan_.chunk_steps));
-      }
+      halve_team_chunks();
+    }
+  }
+
+  void halve_team_chunks() {
+    plan_.team_size /= 2;
+    plan_.team_chunks /= 2;
+    if (plan_.single_pass) { // a chunk is a window: halving P doubles the chunks
+      plan_.chunk_steps = plan_.team_chunks * plan_.chunk_length;
+      plan_.time_chunks = int(ceil_div(shape_.steps, plan_.chunk_steps));
     }
   }
 
@@ -762,8 +898,9 @@ private:
   Recurrence rec_;
   int d_;
   int tiles_;
-  buffer_view chunk_maps_;
-  buffer_view carries_;
+  buffer_view chunk_maps_;   // two passes: chunk maps; one pass: the maps the chunks publish
+  buffer_view segment_maps_; // one pass: the segments' maps
+  buffer_view carries_;      // two passes: the states entering the chunks; one pass: leaving the segments
   status_view status_;
 };
 

@@ -1,7 +1,7 @@
 // Linear-recurrence scan throughput. Arguments: log2(B*N), log2(T), and the decomposition
-// (0 = automatic plan, 1 = forced sequential-in-time loop, 2 = the one-pass time split, devices
-// only), so one run gives both sides of each choice for each (B*N, T). Compulsory traffic: read A
-// and b, write h.
+// (0 = automatic plan, 1 = forced sequential-in-time loop, 2 = the one-pass time split, 3 = the
+// two-pass time split; 2 and 3 on devices only), so one run gives every side of each choice for
+// each (B*N, T). Compulsory traffic: read A and b, write h.
 
 #include <paraseq/core/linear_scan.hpp>
 
@@ -14,6 +14,7 @@ using Array3 = Kokkos::View<float***, Kokkos::LayoutRight, Space::memory_space>;
 
 paraseq::ScanConfig decomposition(std::int64_t mode) {
   if (mode == 2) return paraseq::ScanConfig{0, 0, 0, paraseq::TimeSplit::single_pass};
+  if (mode == 3) return paraseq::ScanConfig{0, 0, 0, paraseq::TimeSplit::two_pass};
   return mode == 1 ? paraseq::sequential_scan_config : paraseq::ScanConfig{};
 }
 
@@ -64,7 +65,8 @@ void scan_dense16(benchmark::State& state) {
 void diagonal_grid(benchmark::internal::Benchmark* bench) {
   for (auto [bn, t] : {std::pair{0, 22}, {6, 16}, {10, 12}, {14, 8}, {0, 26}, {8, 18}, {12, 14}, {14, 12}, {16, 10}, {20, 6}}) {
     for (int mode : {0, 1}) bench->Args({bn, t, mode});
-    if (!paraseq::runs_on_host<Space> && bn + t == 26 && bn <= 12) bench->Args({bn, t, 2});
+    if (!paraseq::runs_on_host<Space> && bn + t == 26 && bn <= 12)
+      for (int mode : {2, 3}) bench->Args({bn, t, mode});
   }
   bench->ArgNames({"log2BN", "log2T", "sequential"});
 }

@@ -352,8 +352,8 @@ public:
     launch<ApplyTag>(space, "paraseq::scan_apply", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
   }
 
-  // Phase 1 (G > 1): thread p composes an equal slice of the chunk; the scan of the slices' maps
-  // ends in the chunk's map.
+  // Phase 1 (G > 1): thread p composes an equal slice of the chunk, then the maps are composed in
+  // order into the chunk's map.
   KOKKOS_FUNCTION void operator()(SummarizeTag, const member_type<SummarizeTag>& team) const {
     const int chunks = plan_.time_chunks - 1;
     const int chunk = team.league_rank() % chunks;
@@ -371,11 +371,10 @@ public:
                   cached, maps);
     team.team_barrier();
     scan_sub_chunks(team, me, maps);
-    if (me.p == P - 1)
+    if (me.p == 0)
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r;
-        Acc* chunk_map = chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane));
-        for (int i = 0; i < MapSize; ++i) chunk_map[i] = map_at(maps, P - 1, lane)[i];
+        window_map(maps, lane, P, chunk_maps_.data() + chunk_map_offset(batch, chunk, group_of(tile, lane)));
       }
   }
 
@@ -450,8 +449,8 @@ public:
   // ticket), chunk-major, so every chunk a team waits for belongs to a team that has started: the
   // waits end. SegmentChunks consecutive chunks form a segment, closed by its last chunk. Chunk c
   // of segment s:
-  //   1. its sub-chunks compose their steps and scan the maps, which ends in the chunk's map M_c;
-  //      it publishes M_c for the later chunks of the segment;
+  //   1. its sub-chunks compose their steps; their maps composed in order are the chunk's map M_c,
+  //      which it publishes for the later chunks of the segment;
   //   2. once the chunks before it in the segment have published theirs, the closing chunk folds
   //      them and its own, in order, into the segment's map G_s and publishes it (status 1);
   //   3. the state E_s entering the segment: from the nearest earlier segment that has published
@@ -492,13 +491,17 @@ public:
     const bool followed = chunk + 1 < plan_.time_chunks;
     const bool closes = followed && chunk + 1 == segment_first + SegmentChunks; // a later segment needs G_s, E_{s+1}
     const std::size_t stride = published_stride();
-    // 1. M_c, for the later chunks of the segment.
+    // 1. M_c (sub-chunk 0 holds it; the last chunk's is never needed), published for the later
+    //    chunks of the segment.
+    Acc chunk_map[Rows][MapSize];
+    if (me.p == 0 && followed)
+      for (int r = 0; r < me.rows; ++r) window_map(maps, me.first_lane + r, active, chunk_map[r]);
     if (followed && !closes) {
       if (me.p == 0) {
         for (int r = 0; r < me.rows; ++r) {
           const int lane = me.first_lane + r;
           Acc* published = chunk_maps_.data() + published_index(batch, chunk, group_of(tile, lane)) * MapSize;
-          for (int i = 0; i < MapSize; ++i) published[i] = map_at(maps, active - 1, lane)[i];
+          for (int i = 0; i < MapSize; ++i) published[i] = chunk_map[r][i];
         }
         Kokkos::memory_fence(); // the maps are visible before the status that announces them
       }
@@ -517,16 +520,16 @@ public:
       if (me.p == 0) {
         for (int r = 0; r < me.rows; ++r) {
           const int lane = me.first_lane + r, group = group_of(tile, lane);
-          Acc fold[MapSize], later[MapSize];
-          const Acc* chunk_map = chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize;
-          read_published(chunk_map, MapSize, fold);
-          for (int k = 1; k < SegmentChunks - 1; ++k) {
-            read_published(chunk_map + k * stride * MapSize, MapSize, later);
-            map_prepend<Acc, D>(dim(), later, fold);
-          }
-          map_prepend<Acc, D>(dim(), map_at(maps, active - 1, lane), fold);
+          // The maps of the segment's earlier chunks, read together (their loads overlap), then
+          // folded in order with this chunk's.
+          Acc earlier[SegmentChunks - 1][MapSize];
+          const Acc* first_map = chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize;
+          PARASEQ_UNROLL
+          for (int k = 0; k < SegmentChunks - 1; ++k) read_published(first_map + k * stride * MapSize, MapSize, earlier[k]);
+          for (int k = 1; k < SegmentChunks - 1; ++k) map_prepend<Acc, D>(dim(), earlier[k], earlier[0]);
+          map_prepend<Acc, D>(dim(), chunk_map[r], earlier[0]);
           Acc* published = segment_maps_.data() + published_index(batch, segment, group) * MapSize;
-          for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+          for (int i = 0; i < MapSize; ++i) published[i] = earlier[0][i];
         }
         Kokkos::memory_fence();
       }
@@ -585,12 +588,19 @@ private:
     return {team.team_rank() / row_threads, first_lane, Kokkos::max(0, Kokkos::min(int(Rows), remaining))};
   }
 
-  // The inclusive scan of the window's sub-chunk maps, in place: on return, map p of a lane is the
-  // composition of sub-chunks 0 .. p. Hillis-Steele: log2 P rounds, in each of which a thread reads
-  // map p - offset and composes it with its own in a fixed order, so the result is bitwise
-  // reproducible. Call after a barrier that follows the compose; it ends with one.
+  // Sub-chunks find the maps before them in one of two ways. Up to 32, each thread applies the maps
+  // of the sub-chunks before its own to the entering state (p applications, no barrier). Beyond
+  // (teams of few lanes, up to 256 sub-chunks), an ordered scan of the maps comes first.
+  KOKKOS_FUNCTION bool scans_sub_chunks() const { return plan_.team_chunks > 32; }
+
+  // Where scans_sub_chunks(): the inclusive scan of the window's sub-chunk maps, in place, so that
+  // map p of a lane becomes the composition of sub-chunks 0 .. p. Hillis-Steele: log2 P rounds, in
+  // each of which a thread reads map p - offset and composes it with its own in a fixed order, so
+  // the result is bitwise reproducible. Call after a barrier that follows the compose; it ends with
+  // one.
   template <class Member>
   KOKKOS_FUNCTION void scan_sub_chunks(const Member& team, const Thread& me, Acc* maps) const {
+    if (!scans_sub_chunks()) return;
     for (int offset = 1; offset < plan_.team_chunks; offset *= 2) {
       const bool combines = me.p >= offset;
       Acc earlier[Rows][MapSize];
@@ -612,17 +622,33 @@ private:
     }
   }
 
+  // out <- the maps of sub-chunks 0 .. count - 1 of `lane`, composed in order.
+  KOKKOS_FUNCTION void window_map(Acc* maps, int lane, int count, Acc* out) const {
+    if (scans_sub_chunks()) {
+      for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, count - 1, lane)[i];
+      return;
+    }
+    for (int i = 0; i < MapSize; ++i) out[i] = map_at(maps, 0, lane)[i];
+    for (int q = 1; q < count; ++q) map_prepend<Acc, D>(dim(), map_at(maps, q, lane), out);
+  }
+
   // x <- the state entering the thread's sub-chunk: the window's entering state (`carries`,
-  // [lanes][D]) through the scanned map of the sub-chunks before it.
-  KOKKOS_FUNCTION void enter_sub_chunk(const Thread& me, Acc* scanned_maps, const Acc* carries, Acc (&x)[Rows][D]) const {
+  // [lanes][D]) through the maps of the sub-chunks before it.
+  KOKKOS_FUNCTION void enter_sub_chunk(const Thread& me, Acc* maps, const Acc* carries, Acc (&x)[Rows][D]) const {
+    Acc y[D];
     PARASEQ_UNROLL
     for (int r = 0; r < Rows; ++r) {
       if (r >= me.rows) continue; // unrolled: x stays in registers
       const int lane = me.first_lane + r;
-      if (me.p == 0)
-        for (int i = 0; i < dim(); ++i) x[r][i] = carries[lane * D + i];
-      else
-        map_apply<Acc, D>(dim(), map_at(scanned_maps, me.p - 1, lane), carries + lane * D, x[r]);
+      for (int i = 0; i < dim(); ++i) x[r][i] = carries[lane * D + i];
+      if (scans_sub_chunks()) {
+        if (me.p > 0) map_apply<Acc, D>(dim(), map_at(maps, me.p - 1, lane), carries + lane * D, x[r]);
+        continue;
+      }
+      for (int q = 0; q < me.p; ++q) {
+        map_apply<Acc, D>(dim(), map_at(maps, q, lane), x[r], y);
+        for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
+      }
     }
   }
 

@@ -150,19 +150,22 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
                                           {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 16, TimeSplit::single_pass}});
 }
 
-// The documented choice between two passes and one: one pass only when asked for and time is
-// split; its chunks are then windows of P x L steps.
+// The documented choice between two passes and one: one pass only where time is split, and then
+// where asked for, or by default on devices whose windows are staged through team scratch (fewer
+// than 8 groups per team); its chunks are then windows of P x L steps.
 TYPED_TEST(LinearScan, TimeSplitFollowsTheDocumentedRule) {
   using Space = TypeParam;
-  constexpr auto one = TimeSplit::single_pass;
-  const ScanShape long_sequence{1, 1 << 20, 1, 1};
-  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence).single_pass));
-  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 4}).single_pass));
+  constexpr auto one = TimeSplit::single_pass, two = TimeSplit::two_pass;
+  const ScanShape long_sequence{1, 1 << 20, 1, 1}, many_channels{1, 1 << 18, 256, 1};
+  const ScanPlan automatic = plan_scan<Diagonal, float>(Space{}, long_sequence);
+  const bool staged = paraseq::detail::stages_windows<Diagonal, Space>(automatic);
+  EXPECT_EQ(automatic.single_pass, automatic.time_chunks > 1 && !runs_on_host<Space> && staged);
+  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, many_channels).single_pass));
+  EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 4, two}).single_pass));
   EXPECT_FALSE((plan_scan<Diagonal, float>(Space{}, long_sequence, ScanConfig{0, 0, 1, one}).single_pass));
-  const bool split = plan_scan<Diagonal, float>(Space{}, long_sequence).time_chunks > 1;
   for (const ScanConfig config : {ScanConfig{0, 0, 0, one}, ScanConfig{2, 8, 3, one}}) {
     const ScanPlan plan = plan_scan<Diagonal, float>(Space{}, long_sequence, config);
-    ASSERT_EQ(plan.single_pass, config.time_chunks > 1 || split);
+    ASSERT_EQ(plan.single_pass, config.time_chunks > 1 || automatic.time_chunks > 1);
     if (!plan.single_pass) continue;
     EXPECT_EQ(plan.chunk_steps, plan.team_chunks * plan.chunk_length);
     EXPECT_EQ(plan.time_chunks, (long_sequence.steps + plan.chunk_steps - 1) / plan.chunk_steps);

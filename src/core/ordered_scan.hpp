@@ -540,22 +540,24 @@ public:
     }
     // 3.-4. E_s, E_{s+1} if c closes s, and the state entering c.
     const int known = segment > 0 ? published_segment_before(team, batch, tile, segment) : -1;
-    if (me.p == 0) {
+    Acc state[Rows][D];
+    if (me.p == 0)
       for (int r = 0; r < me.rows; ++r) {
-        const int lane = me.first_lane + r, group = group_of(tile, lane);
-        Acc x[D];
-        if (known < 0) rec_.initial(batch, group, x);
-        else read_published(carries_.data() + published_index(batch, known, group) * D, D, x);
-        apply_published_maps(segment_maps_.data() + published_index(batch, known + 1, group) * MapSize, stride,
-                             segment - known - 1, x);
-        if (closes) { // this team wrote G_s: no volatile read needed
-          Acc* leaving = carries_.data() + published_index(batch, segment, group) * D;
-          map_apply<Acc, D>(dim(), segment_maps_.data() + published_index(batch, segment, group) * MapSize, x, leaving);
-        }
-        apply_published_maps(chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize, stride,
-                             chunk - segment_first, x);
-        for (int i = 0; i < dim(); ++i) entering[lane * D + i] = x[i];
+        const int group = group_of(tile, me.first_lane + r);
+        if (known < 0) rec_.initial(batch, group, state[r]);
+        else read_published(carries_.data() + published_index(batch, known, group) * D, D, state[r]);
       }
+    apply_published_maps(team, me, segment_maps_.data(), batch, tile, known + 1, segment - known - 1, staging, state);
+    if (me.p == 0 && closes) // this team wrote G_s: no volatile read needed
+      for (int r = 0; r < me.rows; ++r) {
+        const int group = group_of(tile, me.first_lane + r);
+        map_apply<Acc, D>(dim(), segment_maps_.data() + published_index(batch, segment, group) * MapSize, state[r],
+                          carries_.data() + published_index(batch, segment, group) * D);
+      }
+    apply_published_maps(team, me, chunk_maps_.data(), batch, tile, segment_first, chunk - segment_first, staging, state);
+    if (me.p == 0) {
+      for (int r = 0; r < me.rows; ++r)
+        for (int i = 0; i < dim(); ++i) entering[(me.first_lane + r) * D + i] = state[r][i];
       Kokkos::memory_fence();
     }
     team.team_barrier();
@@ -652,16 +654,16 @@ private:
     }
   }
 
-  // x <- the `count` maps published at from, from + stride * MapSize, ..., applied to x in order.
-  // Maps are read a few at a time, so their loads overlap.
-  KOKKOS_FUNCTION void apply_published_maps(const Acc* from, std::size_t stride, int count, Acc* x) const {
+  // x <- the `count` maps that load(k, into) fetches, applied in order. They are fetched a few at a
+  // time, so that their loads overlap.
+  template <class Load>
+  KOKKOS_FUNCTION void apply_maps_in_order(int count, const Load& load, Acc* x) const {
     constexpr int Ahead = 4;
     Acc y[D];
     for (int k = 0; k < count; k += Ahead) {
       Acc ahead[Ahead][MapSize];
       PARASEQ_UNROLL
-      for (int j = 0; j < Ahead; ++j)
-        read_published(from + std::size_t(Kokkos::min(k + j, count - 1)) * stride * MapSize, MapSize, ahead[j]);
+      for (int j = 0; j < Ahead; ++j) load(Kokkos::min(k + j, count - 1), ahead[j]);
       PARASEQ_UNROLL
       for (int j = 0; j < Ahead; ++j) {
         if (k + j >= count) continue; // unrolled: a guard, not a loop exit
@@ -669,6 +671,42 @@ private:
         for (int i = 0; i < dim(); ++i) x[i] = y[i];
       }
     }
+  }
+
+  // x (sub-chunk 0's rows) <- the maps that entries first .. first + count - 1 (chunks or segments)
+  // published in `published`, applied in order; called by the whole team. Staged windows (few lanes,
+  // so long chains of chunks and long look-backs) first load the maps into team scratch together, a
+  // map per thread and up to a window's worth per round: one memory latency per round rather than
+  // one per few maps. Otherwise sub-chunk 0 reads them itself.
+  template <class Member>
+  KOKKOS_FUNCTION void apply_published_maps(const Member& team, const Thread& me, const Acc* published, int batch,
+                                            int tile, int first, int count, Acc* staging, Acc (&x)[Rows][D]) const {
+    if constexpr (Batch > 0)
+      if (staged()) {
+        const int lanes = plan_.lanes, P = plan_.team_chunks, lane = team.team_rank() % lanes;
+        const int group = group_of(tile, lane), capacity = P * plan_.chunk_length;
+        for (int done = 0; done < count; done += capacity) {
+          const int n = Kokkos::min(capacity, count - done);
+          if (group < shape_.groups)
+            for (int k = me.p; k < n; k += P)
+              read_published(published + published_index(batch, first + done + k, group) * MapSize, MapSize,
+                             staging + staged_offset(k * lanes + lane));
+          team.team_barrier();
+          if (me.p == 0 && me.rows > 0)
+            apply_maps_in_order(n, [&](int k, Acc* to) {
+              for (int i = 0; i < MapSize; ++i) to[i] = staging[staged_offset(k * lanes + lane) + i];
+            }, x[0]);
+          team.team_barrier();
+        }
+        return;
+      }
+    if (me.p == 0)
+      for (int r = 0; r < me.rows; ++r) {
+        const Acc* from = published + published_index(batch, first, group_of(tile, me.first_lane + r)) * MapSize;
+        apply_maps_in_order(count, [&](int k, Acc* to) {
+          read_published(from + std::size_t(k) * published_stride() * MapSize, MapSize, to);
+        }, x[r]);
+      }
   }
 
   // The nearest segment before `segment` that has published the state leaving it. The team polls

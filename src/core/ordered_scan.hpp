@@ -302,6 +302,10 @@ class OrderedScan {
   static constexpr int Batch = batch_steps<Structure, ExecSpace>;
   // One pass: consecutive chunks form segments of this many (the two-level look-back, ChainedTag).
   static constexpr int SegmentChunks = 8;
+  // Published maps read at once by one thread, so that their loads overlap: up to 8, fewer for
+  // larger maps (a Dense map has up to 1056 values, and a thread's arrays beyond its registers go
+  // to local memory, which CUDA reserves for every thread the GPU can hold).
+  static constexpr int ReadAhead = std::clamp(64 / MapSize, 1, 8);
   // A batch of step maps for a thread's row: [step][row][map].
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
 
@@ -520,16 +524,16 @@ public:
       if (me.p == 0) {
         for (int r = 0; r < me.rows; ++r) {
           const int lane = me.first_lane + r, group = group_of(tile, lane);
-          // The maps of the segment's earlier chunks, read together (their loads overlap), then
-          // folded in order with this chunk's.
-          Acc earlier[SegmentChunks - 1][MapSize];
+          // The maps of the segment's earlier chunks, then this chunk's, composed in order.
+          Acc fold[MapSize];
+          map_identity<Acc, D>(dim(), fold);
           const Acc* first_map = chunk_maps_.data() + published_index(batch, segment_first, group) * MapSize;
-          PARASEQ_UNROLL
-          for (int k = 0; k < SegmentChunks - 1; ++k) read_published(first_map + k * stride * MapSize, MapSize, earlier[k]);
-          for (int k = 1; k < SegmentChunks - 1; ++k) map_prepend<Acc, D>(dim(), earlier[k], earlier[0]);
-          map_prepend<Acc, D>(dim(), chunk_map[r], earlier[0]);
+          for_maps_in_order(
+              SegmentChunks - 1, [&](int k, Acc* to) { read_published(first_map + k * stride * MapSize, MapSize, to); },
+              [&](const Acc* map) { map_prepend<Acc, D>(dim(), map, fold); });
+          map_prepend<Acc, D>(dim(), chunk_map[r], fold);
           Acc* published = segment_maps_.data() + published_index(batch, segment, group) * MapSize;
-          for (int i = 0; i < MapSize; ++i) published[i] = earlier[0][i];
+          for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
         }
         Kokkos::memory_fence();
       }
@@ -654,23 +658,28 @@ private:
     }
   }
 
-  // x <- the `count` maps that load(k, into) fetches, applied in order. They are fetched a few at a
-  // time, so that their loads overlap.
+  // Calls use(map) for the `count` maps that load(k, into) fetches, in order, fetching ReadAhead at
+  // a time so that their loads overlap.
+  template <class Load, class Use>
+  KOKKOS_FUNCTION void for_maps_in_order(int count, const Load& load, const Use& use) const {
+    for (int k = 0; k < count; k += ReadAhead) {
+      Acc ahead[ReadAhead][MapSize];
+      PARASEQ_UNROLL
+      for (int j = 0; j < ReadAhead; ++j) load(Kokkos::min(k + j, count - 1), ahead[j]);
+      PARASEQ_UNROLL
+      for (int j = 0; j < ReadAhead; ++j)
+        if (k + j < count) use(ahead[j]);
+    }
+  }
+
+  // x <- the `count` maps that load(k, into) fetches, applied in order.
   template <class Load>
   KOKKOS_FUNCTION void apply_maps_in_order(int count, const Load& load, Acc* x) const {
-    constexpr int Ahead = 4;
     Acc y[D];
-    for (int k = 0; k < count; k += Ahead) {
-      Acc ahead[Ahead][MapSize];
-      PARASEQ_UNROLL
-      for (int j = 0; j < Ahead; ++j) load(Kokkos::min(k + j, count - 1), ahead[j]);
-      PARASEQ_UNROLL
-      for (int j = 0; j < Ahead; ++j) {
-        if (k + j >= count) continue; // unrolled: a guard, not a loop exit
-        map_apply<Acc, D>(dim(), ahead[j], x, y);
-        for (int i = 0; i < dim(); ++i) x[i] = y[i];
-      }
-    }
+    for_maps_in_order(count, load, [&](const Acc* map) {
+      map_apply<Acc, D>(dim(), map, x, y);
+      for (int i = 0; i < dim(); ++i) x[i] = y[i];
+    });
   }
 
   // x (sub-chunk 0's rows) <- the maps that entries first .. first + count - 1 (chunks or segments)

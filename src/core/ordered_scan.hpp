@@ -305,7 +305,7 @@ class OrderedScan {
   // Published maps read at once by one thread, so that their loads overlap: up to 8, fewer for
   // larger maps (a Dense map has up to 1056 values, and a thread's arrays beyond its registers go
   // to local memory, which CUDA reserves for every thread the GPU can hold).
-  static constexpr int ReadAhead = std::clamp(64 / MapSize, 1, 8);
+  static constexpr int ReadAhead = std::clamp(32 / MapSize, 1, 8);
   // A batch of step maps for a thread's row: [step][row][map].
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
 

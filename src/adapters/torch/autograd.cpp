@@ -60,16 +60,20 @@ Result as_result(const variable_list& outputs) {
   return {outputs[0], outputs[1]};
 }
 
+// Calls `op` below the Autograd key: its CPU or CUDA kernel (or, under torch.compile, its fake one).
+template <class Kernel, class... Args>
+auto call_below_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&... args) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(args...);
+}
+
 // The autograd kernel of an operator: through Function when an argument is differentiated,
 // otherwise straight to the kernel below autograd, since building a Function node that nothing
 // will use costs several microseconds per call (H200, session 7).
 template <class Function, class Kernel, class... Args>
 auto run_with_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&... args) {
   using Result = decltype(op.call(args...));
-  if (!(differentiated(args) || ...)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(args...);
-  }
+  if (!(differentiated(args) || ...)) return call_below_autograd(op, args...);
   return as_result<Result>(Function::apply(args...));
 }
 
@@ -105,11 +109,7 @@ at::Tensor transpose_apply(const std::string& structure, const at::Tensor& A_t, 
 struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& A, const at::Tensor& b,
                             const std::optional<at::Tensor>& h0, const std::string& structure, bool reverse) {
-    at::Tensor output;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      output = linear_scan_op().call(A, b, h0, structure, reverse);
-    }
+    const at::Tensor output = call_below_autograd(linear_scan_op(), A, b, h0, structure, reverse);
     ctx->saved_data["structure"] = structure;
     ctx->saved_data["reverse"] = reverse;
     ctx->saved_data["has_h0"] = h0.has_value();
@@ -155,12 +155,9 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
                                std::optional<double> residual_atol, std::optional<double> residual_fail,
                                int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
                                bool with_residual) {
-    at::Tensor h, residual;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      std::tie(h, residual) = para_gru_op().call(u, a, h0, max_iters, omega, residual_atol, residual_fail, picard_iters,
-                                      picard_adapt, scan_backend, with_residual);
-    }
+    const auto [h, residual] = call_below_autograd(para_gru_op(), u, a, h0, max_iters, omega, residual_atol,
+                                                   residual_fail, picard_iters, picard_adapt, scan_backend,
+                                                   with_residual);
     ctx->saved_data["has_h0"] = h0.has_value();
     ctx->save_for_backward({u, a, h0.value_or(at::Tensor()), h});
     ctx->mark_non_differentiable({residual});
@@ -194,12 +191,9 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
                                std::optional<double> residual_atol, std::optional<double> residual_fail,
                                int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
                                bool with_residual) {
-    at::Tensor state, residual;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      std::tie(state, residual) = para_lstm_op().call(u, a, p, state0, max_iters, omega, residual_atol, residual_fail,
-                                          picard_iters, picard_adapt, scan_backend, with_residual);
-    }
+    const auto [state, residual] = call_below_autograd(para_lstm_op(), u, a, p, state0, max_iters, omega,
+                                                       residual_atol, residual_fail, picard_iters, picard_adapt,
+                                                       scan_backend, with_residual);
     ctx->saved_data["has_state0"] = state0.has_value();
     ctx->save_for_backward({u, a, p, state0.value_or(at::Tensor()), state});
     ctx->mark_non_differentiable({residual});
@@ -236,11 +230,8 @@ struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
                             const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared,
                             int64_t mlp_hidden, const std::string& method, std::optional<double> step_size,
                             double rtol, double atol, int64_t max_steps) {
-    at::Tensor observed;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      observed = odeint_op().call(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps);
-    }
+    const at::Tensor observed = call_below_autograd(odeint_op(), field, y0, t, params, shared, mlp_hidden, method,
+                                                    step_size, rtol, atol, max_steps);
     auto& data = ctx->saved_data;
     data["field"] = field, data["mlp_hidden"] = mlp_hidden, data["method"] = method, data["step_size"] = step_size;
     data["rtol"] = rtol, data["atol"] = atol, data["max_steps"] = max_steps;

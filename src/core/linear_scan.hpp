@@ -20,6 +20,8 @@
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
+#include <paraseq/core/views.hpp>
+#include <paraseq/config.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -43,11 +45,12 @@ KOKKOS_INLINE_FUNCTION auto a_entry(const AView& A, int batch, int t, int g, int
   else return A(batch, t, g, i, j);
 }
 
+// An h0 View without data (the compiled instances' ZeroInitialState) is zero too.
 template <class Acc, class H0View>
 KOKKOS_INLINE_FUNCTION void load_initial(const H0View& h0, int batch, int first_channel, int d, Acc* x) {
   for (int i = 0; i < d; ++i) {
     if constexpr (std::is_same_v<H0View, ZeroInitialState>) x[i] = Acc(0);
-    else x[i] = Acc(h0(batch, first_channel + i));
+    else x[i] = h0.data() ? Acc(h0(batch, first_channel + i)) : Acc(0);
   }
 }
 
@@ -128,6 +131,8 @@ void check_scan_views() {
   static_assert(std::is_floating_point_v<typename AView::non_const_value_type> &&
                     std::is_floating_point_v<typename BView::non_const_value_type>,
                 "paraseq::linear_scan: A and b must hold float or double");
+  static_assert(std::is_same_v<typename AView::non_const_value_type, typename BView::non_const_value_type>,
+                "paraseq::linear_scan: A and b must hold the same type (float or double): convert one of them");
   static_assert(!std::is_const_v<typename OutView::value_type>, "paraseq::linear_scan: the output View must be writable");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename AView::memory_space>::accessible &&
                     Kokkos::SpaceAccessibility<ExecSpace, typename BView::memory_space>::accessible &&
@@ -159,6 +164,47 @@ ScanShape check_scan_extents(const char* fn, const AView& A, const BView& b, con
 template <class Acc, class BView>
 using accumulation_t = std::conditional_t<std::is_void_v<Acc>, typename BView::non_const_value_type, Acc>;
 
+// The scans once their arguments are checked; compiled once per structure, type and space for the
+// Views of views.hpp (see the end of this file), instantiated where they are called otherwise.
+template <class Structure, class Acc, class ExecSpace, class AView, class BView, class HView, class H0View>
+void run_linear_scan(const ExecSpace& space, const ScanShape& shape, const AView& A, const BView& b, const HView& h,
+                     const H0View& h0, const ScanConfig& config) {
+  using recurrence = MaterializedForward<Structure, Acc, AView, BView, HView, H0View>;
+  ordered_scan<Structure, Acc>(space, shape, recurrence{A, b, h, h0, int(b.extent(2))}, config);
+}
+
+template <class Structure, class Acc, class ExecSpace, class AView, class GView, class LView>
+void run_linear_scan_reverse(const ExecSpace& space, const ScanShape& shape, const AView& A, const GView& g,
+                             const LView& lambda, const ScanConfig& config) {
+  using recurrence = MaterializedReverse<Structure, Acc, AView, GView, LView>;
+  ordered_scan<Structure, Acc>(space, shape, recurrence{A, g, lambda, int(g.extent(2)), shape.steps}, config);
+}
+
+template <class...>
+inline constexpr bool always_false = false;
+
+// Whether a scan over these Views runs a compiled instance: the accumulation type is the stored
+// one and every View converts to views.hpp's types.
+template <class Acc, class ExecSpace, class AView, class BView, class OutView, class H0View = ZeroInitialState>
+constexpr bool scan_is_compiled() {
+  using T = typename BView::non_const_value_type;
+  return std::is_same_v<Acc, T> && converts_to_compiled_view<AView, T, ExecSpace, false>() &&
+         converts_to_compiled_view<BView, T, ExecSpace, false>() && converts_to_compiled_view<OutView, T, ExecSpace, true>() &&
+         (std::is_same_v<H0View, ZeroInitialState> || converts_to_compiled_view<H0View, T, ExecSpace, false>());
+}
+
+// PARASEQ_ETI_ONLY: the built-in structures and cells run their compiled instances only, so that no
+// consumer compiles their kernels by accident.
+template <bool Allowed, class... Arguments>
+constexpr void check_header_path_allowed() {
+#if PARASEQ_ETI_ONLY
+  static_assert(Allowed || always_false<Arguments...>,
+                "paraseq was built with PARASEQ_ETI_ONLY: the built-in structures and cells take LayoutRight Views "
+                "of float or double in the execution space's memory space, accumulated in their own type "
+                "(paraseq/core/views.hpp)");
+#endif
+}
+
 } // namespace detail
 
 template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView, class H0View>
@@ -167,6 +213,7 @@ void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView&
                  const ScanConfig& config = {}) {
   detail::check_scan_views<Structure, ExecSpace, AView, BView, HView>();
   using acc_t = detail::accumulation_t<Acc, BView>;
+  using T = typename BView::non_const_value_type;
   const ScanShape shape = detail::check_scan_extents<Structure>("paraseq::linear_scan", A, b, "b", h, "h");
   if constexpr (!std::is_same_v<H0View, ZeroInitialState>) {
     static_assert(Kokkos::is_view_v<H0View> && H0View::rank == 2, "paraseq::linear_scan: h0 must be a [B, N] View");
@@ -174,8 +221,16 @@ void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView&
                   "paraseq::linear_scan: h0 must be accessible from the execution space");
     detail::require_extents("paraseq::linear_scan", "h0", h0, {int(b.extent(0)), int(b.extent(2))}, "[B, N]");
   }
-  using recurrence = detail::MaterializedForward<Structure, acc_t, AView, BView, HView, H0View>;
-  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, b, h, h0, int(b.extent(2))}, config);
+  constexpr bool compiled = detail::scan_is_compiled<acc_t, ExecSpace, AView, BView, HView, H0View>();
+  detail::check_header_path_allowed<compiled, AView, BView, HView, H0View>();
+  if constexpr (compiled) {
+    InView<T, 2, ExecSpace> h0_view;
+    if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
+    detail::run_linear_scan<Structure, T>(space, shape, InView<T, detail::a_rank<Structure>, ExecSpace>(A),
+                                          InView<T, 3, ExecSpace>(b), OutView<T, 3, ExecSpace>(h), h0_view, config);
+  } else {
+    detail::run_linear_scan<Structure, acc_t>(space, shape, A, b, h, h0, config);
+  }
 }
 
 template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView>
@@ -189,10 +244,19 @@ void linear_scan_reverse(const ExecSpace& space, Structure, const AView& A, cons
                          const ScanConfig& config = {}) {
   detail::check_scan_views<Structure, ExecSpace, AView, GView, LView>();
   using acc_t = detail::accumulation_t<Acc, GView>;
+  using T = typename GView::non_const_value_type;
   const ScanShape shape =
       detail::check_scan_extents<Structure>("paraseq::linear_scan_reverse", A, g, "g", lambda, "lambda");
-  using recurrence = detail::MaterializedReverse<Structure, acc_t, AView, GView, LView>;
-  ordered_scan<Structure, acc_t>(space, shape, recurrence{A, g, lambda, int(g.extent(2)), shape.steps}, config);
+  constexpr bool compiled = detail::scan_is_compiled<acc_t, ExecSpace, AView, GView, LView>();
+  detail::check_header_path_allowed<compiled, AView, GView, LView>();
+  if constexpr (compiled)
+    detail::run_linear_scan_reverse<Structure, T>(space, shape, InView<T, detail::a_rank<Structure>, ExecSpace>(A),
+                                                  InView<T, 3, ExecSpace>(g), OutView<T, 3, ExecSpace>(lambda), config);
+  else detail::run_linear_scan_reverse<Structure, acc_t>(space, shape, A, g, lambda, config);
 }
 
 } // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/linear_scan_instances.hpp>
+#endif

@@ -42,6 +42,13 @@ namespace paraseq {
 
 namespace detail {
 
+// Built-in cells (cells.hpp) specialise these: the first for every instance, the second for the
+// (Cell, T, memory space) combinations that paraseq compiles once (views.hpp).
+template <class Cell>
+inline constexpr bool is_builtin_cell_v = false;
+template <class Cell, class T, class MemorySpace>
+inline constexpr bool is_compiled_cell_v = false;
+
 template <class Cell>
 concept has_cell_structure = requires { typename Cell::structure; } && is_structure_v<typename Cell::structure>;
 
@@ -76,7 +83,7 @@ concept has_cell_vjp =
 
 } // namespace detail
 
-// A cell the Newton solver can run in precision Acc.
+// A cell newton_solve and newton_backward can run in precision Acc (newton_solve alone needs no vjp).
 template <class Cell, class Acc>
 concept NewtonCell = detail::has_cell_structure<Cell> && detail::has_cell_bounds<Cell> &&
                      detail::has_cell_sizes<Cell> && detail::has_cell_step<Cell, Acc> &&
@@ -101,9 +108,15 @@ constexpr void check_cell() {
   static_assert(has_cell_linearize<Cell, Acc>,
                 "paraseq cell: provide `template <class Acc> KOKKOS_FUNCTION void linearize(int g, const Acc* h, "
                 "const Acc* u, Acc* f, Acc* J) const` (J row-major, d x d)");
+}
+
+// What newton_backward needs beyond newton_solve: the vector-Jacobian products.
+template <class Cell, class Acc>
+constexpr void check_cell_gradient() {
+  check_cell<Cell, Acc>();
   static_assert(has_cell_vjp<Cell, Acc>,
-                "paraseq cell: provide `template <class Acc> KOKKOS_FUNCTION void vjp(int g, const Acc* h, "
-                "const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc* dparams) const`");
+                "paraseq cell: newton_backward needs `template <class Acc> KOKKOS_FUNCTION void vjp(int g, "
+                "const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc* dparams) const`");
 }
 
 template <class Cell>

@@ -16,6 +16,7 @@
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/structure.hpp>
+#include <paraseq/solvers/cell.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -195,5 +196,16 @@ private:
     }
   };
 };
+
+namespace detail {
+template <class T, class MemorySpace>
+inline constexpr bool is_builtin_cell_v<ParaGRU<T, MemorySpace>> = true;
+template <class T, class MemorySpace>
+inline constexpr bool is_builtin_cell_v<ParaLSTM<T, MemorySpace>> = true;
+template <class T, class MemorySpace>
+inline constexpr bool is_compiled_cell_v<ParaGRU<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
+template <class T, class MemorySpace>
+inline constexpr bool is_compiled_cell_v<ParaLSTM<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
+} // namespace detail
 
 } // namespace paraseq

@@ -43,6 +43,7 @@
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
+#include <paraseq/core/views.hpp>
 #include <paraseq/solvers/cell.hpp>
 #include <paraseq/solvers/newton_config.hpp>
 #include <paraseq/solvers/newton_fused.hpp>
@@ -143,25 +144,101 @@ inline void check_newton_config(const NewtonConfig& config) {
         "the fused mode only with the exact Jacobian, a fixed iteration count and no Picard sweeps");
 }
 
-} // namespace detail
+// The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
+// buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn), so every pass
+// of the solve is one kernel type whatever the initial guess. Returns the iterations run.
+template <class Acc, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
+int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, const IterateView& h, const H0View& h0,
+                   const NewtonConfig& config, const ScanShape& shape, bool check_on_host, const ResidualOf& residual_of,
+                   int& picard_sweeps) {
+  using structure = typename Cell::structure;
+  using iterate_t = Iterate<IterateView, H0View>;
+  using buffer_layout = std::conditional_t<std::is_same_v<typename IterateView::array_layout, Kokkos::LayoutStride>,
+                                           Kokkos::LayoutRight, typename IterateView::array_layout>;
+  const int B = shape.batch, T = shape.steps, N = cell.state_size(), d = shape.group_size;
+  const Kokkos::View<typename IterateView::non_const_data_type, buffer_layout, typename IterateView::memory_space> buffer(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_iterate"), B, T, N);
+  const IterateView work = buffer;
+  // The quasi Jacobian of a diagonal cell is its exact one: the same scan.
+  const bool quasi = !std::is_same_v<structure, Diagonal> && config.jacobian == NewtonJacobian::quasi;
+  const ScanShape scan_shape = quasi ? ScanShape{B, T, N, 1} : shape;
 
-template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
-  requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
-void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
-                  const NewtonConfig& config = {}, const H0View& h0 = {},
-                  NewtonStats<typename ExecSpace::memory_space>* stats = nullptr) {
-  using acc_t = detail::accumulation_t<Acc, UView>;
+  // Runs one pass from wherever the iterate is to the other buffer. `fresh` starts from the guess.
+  // Passes alternate between h and work; the first is aimed so that the planned last lands in h.
+  // A restart (picard_adapt) cannot reuse a given guess: h was overwritten; it starts from f(0, u).
+  bool in_work = false, fresh = true;
+  int planned_passes = 0;
+  InitialGuess guess = config.initial_guess;
+  auto run_pass = [&](const auto& pass) {
+    const bool to_work = fresh ? (guess == InitialGuess::given || planned_passes % 2 == 0) : !in_work;
+    const IterateSource source = !fresh || guess == InitialGuess::given ? IterateSource::stored
+                                 : guess == InitialGuess::zeros         ? IterateSource::zeros
+                                                                        : IterateSource::cell_at_zero;
+    pass(iterate_t{in_work && !fresh ? work : h, h0, d, source}, to_work ? work : h);
+    in_work = to_work;
+    fresh = false;
+  };
+  auto picard = [&](const iterate_t& old, const IterateView& out) {
+    Kokkos::parallel_for("paraseq::newton_picard", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
+                         PicardSweep<Acc, Cell, UView, iterate_t, IterateView>{cell, u, old, out, T, shape.groups, d});
+  };
+  auto newton = [&](const iterate_t& old, const IterateView& out) {
+    auto scan = [&]<bool Quasi>() {
+      using rec_t = NewtonLinearization<Acc, Cell, Quasi, UView, iterate_t, IterateView>;
+      using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
+      ordered_scan<scan_structure, Acc>(space, scan_shape, rec_t{cell, u, old, out, Acc(config.omega), d},
+                                        newton_scan_config<ExecSpace>(config.scan));
+    };
+    if constexpr (!std::is_same_v<structure, Diagonal>)
+      if (quasi) return scan.template operator()<true>();
+    scan.template operator()<false>();
+  };
+  auto current_residual = [&]() -> double { return residual_of(iterate_t{in_work ? work : h, h0, d}); };
+
+  int iterations = 0;
+  picard_sweeps = config.picard_iters;
+  for (;;) {
+    fresh = true;
+    planned_passes = std::max(1, picard_sweeps + config.max_iters);
+    for (int sweep = 0; sweep < picard_sweeps; ++sweep) run_pass(picard);
+    double r = 0;
+    for (iterations = 0; iterations < config.max_iters;) {
+      run_pass(newton);
+      ++iterations;
+      if (config.residual_atol && (r = current_residual()) <= *config.residual_atol) break;
+    }
+    if (!check_on_host) break;
+    if (!config.residual_atol || iterations == 0) r = current_residual();
+    const double adapt_threshold = config.residual_fail ? *config.residual_fail : *config.residual_atol;
+    if (config.picard_adapt && !(r <= adapt_threshold) && picard_sweeps < config.picard_adapt_max) {
+      picard_sweeps = std::min(config.picard_adapt_max, std::max(1, 2 * picard_sweeps));
+      if (guess == InitialGuess::given) guess = InitialGuess::cell_at_zero;
+      continue;
+    }
+    if (config.residual_fail && !(r <= *config.residual_fail))
+      throw NewtonDivergenceError(r, iterations, *config.residual_fail);
+    break;
+  }
+  if (fresh && guess != InitialGuess::given) // no pass ran: the result is the guess
+    run_pass([&](const iterate_t& old, const IterateView& out) {
+      Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
+                           IterateCopy<Acc, Cell, UView, iterate_t, IterateView>{cell, u, old, out, T, shape.groups, d});
+    });
+  if (in_work) Kokkos::deep_copy(space, h, work);
+  return iterations;
+}
+
+// The solve once its arguments are checked; compiled once per built-in cell, type and space for the
+// Views of views.hpp (solvers/newton_instances), instantiated where it is called otherwise.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const NewtonConfig& config,
+                      const H0View& h0, NewtonStats<typename ExecSpace::memory_space>* stats) {
   using memory_space = typename ExecSpace::memory_space;
-  detail::check_cell<Cell, acc_t>();
-  static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");
-  detail::check_newton_views<ExecSpace>(detail::newton_fn, cell, u, h, h0);
-  detail::check_newton_config(config);
-
   using structure = typename Cell::structure;
   const int B = int(u.extent(0)), T = int(u.extent(1)), N = cell.state_size();
   const int d = group_size<structure>(N);
   const ScanShape shape{B, T, group_count<structure>(N), d};
-  const NewtonMode mode = detail::choose_newton_mode<Cell, acc_t>(space, config, shape);
+  const NewtonMode mode = choose_newton_mode<Cell, Acc>(space, config, shape);
   const double threshold = config.residual_atol ? *config.residual_atol
                            : config.residual_fail ? *config.residual_fail
                                                   : std::numeric_limits<double>::max();
@@ -172,109 +249,35 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
   if (stats || config.residual_atol || check_on_host)
     residual = Kokkos::View<double*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_residual"), B);
   if (stats) converged = Kokkos::View<int*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_converged"), B);
-  auto residual_of = [&](const auto& iterate) {
-    detail::compute_residual<acc_t>(space, cell, u, iterate, shape, residual, converged, threshold);
+  // Every pass and residual reads h through one unmanaged View type.
+  using iterate_view = Kokkos::View<typename HView::non_const_data_type, typename HView::array_layout,
+                                    typename HView::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const iterate_view out = h;
+  auto residual_of = [&](const Iterate<iterate_view, H0View>& iterate) {
+    compute_residual<Acc>(space, cell, u, iterate, shape, residual, converged, threshold);
+    return residual;
   };
-  const detail::StoredIterate<HView, H0View> result{h, h0, d};
+  const Iterate<iterate_view, H0View> result{out, h0, d};
 
   int iterations = 0, picard_sweeps = 0;
   if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
     if (mode == NewtonMode::sequential)
       Kokkos::parallel_for("paraseq::newton_sequential", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * shape.groups),
-                           detail::SequentialRecurrence<acc_t, Cell, UView, HView, H0View>{cell, u, h, h0, T, shape.groups, d});
+                           SequentialRecurrence<Acc, Cell, UView, iterate_view, H0View>{cell, u, out, h0, T, shape.groups, d});
     else {
-      detail::fused_newton<acc_t>(space, cell, u, h, h0, config, shape);
+      fused_newton<Acc>(space, cell, u, out, h0, config, shape);
       iterations = config.max_iters;
     }
     if (residual.data()) residual_of(result);
     if (config.residual_fail) {
-      const double r = detail::read_residual_on_host(space, residual);
+      const double r = read_residual_on_host(space, residual);
       if (!(r <= *config.residual_fail)) throw NewtonDivergenceError(r, iterations, *config.residual_fail);
     }
   } else {
-    using work_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
-    work_view work(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_iterate"), B, T, N);
-    using work_iterate = detail::StoredIterate<work_view, H0View>;
-    const bool quasi = config.jacobian == NewtonJacobian::quasi;
-    const ScanShape scan_shape = quasi ? ScanShape{B, T, N, 1} : shape;
-
-    // Runs one pass from wherever the iterate is to the other buffer. `fresh` starts from the guess.
-    // Passes alternate between h and work; the first is aimed so that the planned last lands in h.
-    // A restart (picard_adapt) cannot reuse a given guess: h was overwritten; it starts from f(0, u).
-    bool in_work = false, fresh = true;
-    int planned_passes = 0;
-    InitialGuess guess = config.initial_guess;
-    auto run_pass = [&](auto&& pass) {
-      const bool to_work =
-          fresh ? (guess == InitialGuess::given || planned_passes % 2 == 0) : !in_work;
-      auto with_source = [&](const auto& old) {
-        if (to_work) pass(old, work);
-        else pass(old, h);
-      };
-      if (!fresh) {
-        if (in_work) with_source(work_iterate{work, h0, d});
-        else with_source(result);
-      } else if (guess == InitialGuess::cell_at_zero)
-        with_source(detail::CellAtZeroIterate<H0View>{h0, d});
-      else if (guess == InitialGuess::zeros)
-        with_source(detail::ZeroIterate<H0View>{h0, d});
-      else
-        with_source(result);
-      in_work = to_work;
-      fresh = false;
-    };
-    auto picard = [&](const auto& old, const auto& out) {
-      using pass_t = detail::PicardSweep<acc_t, Cell, UView, std::decay_t<decltype(old)>, std::decay_t<decltype(out)>>;
-      Kokkos::parallel_for("paraseq::newton_picard", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                           pass_t{cell, u, old, out, T, shape.groups, d});
-    };
-    auto newton = [&](const auto& old, const auto& out) {
-      auto scan = [&]<bool Quasi>() {
-        using rec_t = detail::NewtonLinearization<acc_t, Cell, Quasi, UView, std::decay_t<decltype(old)>,
-                                                  std::decay_t<decltype(out)>>;
-        using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
-        ordered_scan<scan_structure, acc_t>(space, scan_shape, rec_t{cell, u, old, out, acc_t(config.omega), d},
-                                            detail::newton_scan_config<ExecSpace>(config.scan));
-      };
-      if (quasi) scan.template operator()<true>();
-      else scan.template operator()<false>();
-    };
-    auto current_residual = [&]() -> double {
-      if (in_work) residual_of(work_iterate{work, h0, d});
-      else residual_of(result);
-      return detail::read_residual_on_host(space, residual);
-    };
-
-    picard_sweeps = config.picard_iters;
-    for (;;) {
-      fresh = true;
-      planned_passes = std::max(1, picard_sweeps + config.max_iters);
-      for (int sweep = 0; sweep < picard_sweeps; ++sweep) run_pass(picard);
-      double r = 0;
-      for (iterations = 0; iterations < config.max_iters;) {
-        run_pass(newton);
-        ++iterations;
-        if (config.residual_atol && (r = current_residual()) <= *config.residual_atol) break;
-      }
-      if (!check_on_host) break;
-      if (!config.residual_atol || iterations == 0) r = current_residual();
-      const double adapt_threshold = config.residual_fail ? *config.residual_fail : *config.residual_atol;
-      if (config.picard_adapt && !(r <= adapt_threshold) && picard_sweeps < config.picard_adapt_max) {
-        picard_sweeps = std::min(config.picard_adapt_max, std::max(1, 2 * picard_sweeps));
-        if (guess == InitialGuess::given) guess = InitialGuess::cell_at_zero;
-        continue;
-      }
-      if (config.residual_fail && !(r <= *config.residual_fail))
-        throw NewtonDivergenceError(r, iterations, *config.residual_fail);
-      break;
-    }
-    if (fresh && guess != InitialGuess::given) // no pass ran: the result is the guess
-      run_pass([&](const auto& old, const auto& out) {
-        using copy_t = detail::IterateCopy<acc_t, Cell, UView, std::decay_t<decltype(old)>, std::decay_t<decltype(out)>>;
-        Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                             copy_t{cell, u, old, out, T, shape.groups, d});
-      });
-    if (in_work) Kokkos::deep_copy(space, h, work);
+    iterations = solve_by_scans<Acc>(
+        space, cell, u, out, h0, config, shape, check_on_host,
+        [&](const Iterate<iterate_view, H0View>& iterate) { return read_residual_on_host(space, residual_of(iterate)); },
+        picard_sweeps);
     if (stats) residual_of(result);
   }
   if (stats) {
@@ -286,4 +289,49 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
   }
 }
 
+// The Newton iteration's recurrence in the compiled instances (cmake/paraseqInstances.cmake).
+template <class T, class Cell, class ExecSpace, bool Quasi>
+using compiled_linearization_t =
+    NewtonLinearization<T, Cell, Quasi, InView<T, 3, ExecSpace>, Iterate<OutView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>>,
+                        OutView<T, 3, ExecSpace>>;
+
+// Whether a solve runs a compiled instance: a built-in cell of u's type in the space's memory,
+// accumulated in that type, over Views that convert to views.hpp's types.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+constexpr bool newton_is_compiled() {
+  using T = typename UView::non_const_value_type;
+  return std::is_same_v<Acc, T> && is_compiled_cell_v<Cell, T, typename ExecSpace::memory_space> &&
+         converts_to_compiled_view<UView, T, ExecSpace, false>() && converts_to_compiled_view<HView, T, ExecSpace, true>() &&
+         (std::is_same_v<H0View, ZeroInitialState> || converts_to_compiled_view<H0View, T, ExecSpace, false>());
+}
+
+} // namespace detail
+
+template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
+  requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
+void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
+                  const NewtonConfig& config = {}, const H0View& h0 = {},
+                  NewtonStats<typename ExecSpace::memory_space>* stats = nullptr) {
+  using acc_t = detail::accumulation_t<Acc, UView>;
+  detail::check_cell<Cell, acc_t>();
+  static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");
+  detail::check_newton_views<ExecSpace>(detail::newton_fn, cell, u, h, h0);
+  detail::check_newton_config(config);
+  constexpr bool compiled = detail::newton_is_compiled<acc_t, ExecSpace, Cell, UView, HView, H0View>();
+  detail::check_header_path_allowed<compiled || !detail::is_builtin_cell_v<Cell>, Cell, UView, HView, H0View>();
+  if constexpr (compiled) {
+    using T = typename UView::non_const_value_type;
+    InView<T, 2, ExecSpace> h0_view;
+    if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
+    detail::run_newton_solve<T>(space, cell, InView<T, 3, ExecSpace>(u), OutView<T, 3, ExecSpace>(h), config, h0_view,
+                                stats);
+  } else {
+    detail::run_newton_solve<acc_t>(space, cell, u, h, config, h0, stats);
+  }
+}
+
 } // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/newton_instances.hpp>
+#endif

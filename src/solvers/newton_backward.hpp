@@ -51,7 +51,7 @@ struct AdjointLinearization {
   static constexpr int D = cell_group_bound<Cell>;
   Cell cell;
   UView u;
-  StoredIterate<HView, H0View> trajectory;
+  Iterate<HView, H0View> trajectory;
   GView g_in;
   MuView mu;
   DH0View dh0;
@@ -85,7 +85,7 @@ struct AdjointLinearization {
     const int t = steps - 1 - s;
     for (int i = 0; i < d; ++i) mu(b, t, g * d + i) = typename MuView::value_type(y[i]);
     if constexpr (!std::is_same_v<DH0View, NoGradient>) {
-      if (t == 0) {
+      if (t == 0 && dh0.data()) {
         Acc J[D * D], dh[D];
         jacobian(b, 0, g, J);
         small_matvec(d, J, y, dh, true);
@@ -102,7 +102,7 @@ struct LocalGradients {
   static constexpr int D = cell_group_bound<Cell>;
   Cell cell;
   UView u;
-  StoredIterate<HView, H0View> trajectory;
+  Iterate<HView, H0View> trajectory;
   MuView mu;
   DUView du;
   PartialView partial; // [B * runs, param_count]
@@ -125,6 +125,79 @@ struct LocalGradients {
   }
 };
 
+// The backward once its arguments are checked; compiled once per built-in cell, type and space for
+// the Views of views.hpp, instantiated where it is called otherwise. A dh0 View without data is
+// NoGradient.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView, class DParamView,
+          class H0View, class DH0View>
+void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
+                         const DUView& du, const DParamView& dparams, const H0View& h0, const DH0View& dh0,
+                         const NewtonConfig& config) {
+  using acc_t = Acc;
+  using memory_space = typename ExecSpace::memory_space;
+  using structure = typename Cell::structure;
+  const long B = long(u.extent(0)), T = long(u.extent(1)), N = cell.state_size();
+  const int d = group_size<structure>(int(N));
+  const ScanShape shape{int(B), int(T), group_count<structure>(int(N)), d};
+  const Iterate<HView, H0View> trajectory{h, h0, d};
+  using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
+  if constexpr (!std::is_same_v<DH0View, NoGradient>)
+    if (T == 0 && dh0.data()) Kokkos::deep_copy(space, dh0, 0); // h depends on no h0
+
+  partial_view partial;
+  const NewtonMode mode = choose_newton_mode<Cell, acc_t>(space, config, shape);
+  if (mode != NewtonMode::newton) {
+    FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
+    if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
+    const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
+    auto functor_for = [&](const FusedPlan& chosen, const partial_view& sums) {
+      return FusedAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>{
+          cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
+    };
+    plan = fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
+    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
+                           cell.param_count());
+    if (B * T * shape.groups > 0)
+      launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
+  } else {
+    using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
+    const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
+    using adjoint_t = AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
+    ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
+                                   newton_scan_config<ExecSpace>(config.scan));
+
+    // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
+    const long threads = std::max<long>(1, B * shape.groups);
+    const int runs = int(std::clamp<long>(ceil_div(space.concurrency(), threads), 1,
+                                          std::min<long>(64, std::max<long>(1, T / 64))));
+    const int run_length = int(ceil_div(std::max<long>(1, T), runs));
+    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
+    using local_t = LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
+    Kokkos::parallel_for("paraseq::newton_local_gradients",
+                         Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
+                         local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
+  }
+  Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, cell.param_count()),
+                       SumPartials<partial_view, DParamView>{partial, dparams});
+}
+
+// The adjoint recurrence of the compiled instances (cmake/paraseqInstances.cmake).
+template <class T, class Cell, class ExecSpace>
+using compiled_adjoint_t =
+    AdjointLinearization<T, Cell, InView<T, 3, ExecSpace>, InView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>,
+                         InView<T, 3, ExecSpace>, Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>,
+                         OutView<T, 2, ExecSpace>>;
+
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView, class DParamView,
+          class H0View, class DH0View>
+constexpr bool newton_backward_is_compiled() {
+  using T = typename UView::non_const_value_type;
+  return newton_is_compiled<Acc, ExecSpace, Cell, UView, HView, H0View>() &&
+         converts_to_compiled_view<GView, T, ExecSpace, false>() && converts_to_compiled_view<DUView, T, ExecSpace, true>() &&
+         converts_to_compiled_view<DParamView, T, ExecSpace, true>() &&
+         (std::is_same_v<DH0View, NoGradient> || converts_to_compiled_view<DH0View, T, ExecSpace, true>());
+}
+
 } // namespace detail
 
 template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
@@ -134,8 +207,7 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
                      const NewtonConfig& config = {}) {
   constexpr const char* fn = "paraseq::newton_backward";
   using acc_t = detail::accumulation_t<Acc, UView>;
-  using memory_space = typename ExecSpace::memory_space;
-  detail::check_cell<Cell, acc_t>();
+  detail::check_cell_gradient<Cell, acc_t>();
   detail::check_newton_views<ExecSpace>(fn, cell, u, h, h0);
   static_assert(Kokkos::is_view_v<GView> && GView::rank == 3, "paraseq::newton_backward: g must be a [B, T, N] View");
   static_assert(Kokkos::is_view_v<DUView> && DUView::rank == 3, "paraseq::newton_backward: du must be a [B, T, U] View");
@@ -155,50 +227,25 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
   }
 
   detail::check_newton_config(config);
-
-  using structure = typename Cell::structure;
-  const int d = group_size<structure>(int(N));
-  const ScanShape shape{int(B), int(T), group_count<structure>(int(N)), d};
-  const detail::StoredIterate<HView, H0View> trajectory{h, h0, d};
-  using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
-  if constexpr (!std::is_same_v<DH0View, NoGradient>)
-    if (T == 0) Kokkos::deep_copy(space, dh0, 0); // h depends on no h0
-
-  partial_view partial;
-  const NewtonMode mode = detail::choose_newton_mode<Cell, acc_t>(space, config, shape);
-  if (mode != NewtonMode::newton) {
-    detail::FusedPlan plan = detail::plan_fused<Cell, acc_t>(space, shape, config);
-    if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
-    const int tiles = int(detail::ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
-    auto functor_for = [&](const detail::FusedPlan& chosen, const partial_view& sums) {
-      return detail::FusedAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>{
-          cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
-    };
-    plan = detail::fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
-    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
-                           cell.param_count());
-    if (B * T * shape.groups > 0)
-      detail::launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
+  constexpr bool compiled =
+      detail::newton_backward_is_compiled<acc_t, ExecSpace, Cell, UView, HView, GView, DUView, DParamView, H0View, DH0View>();
+  detail::check_header_path_allowed<compiled || !detail::is_builtin_cell_v<Cell>, Cell, UView, HView, GView, DUView>();
+  if constexpr (compiled) {
+    using T = typename UView::non_const_value_type;
+    InView<T, 2, ExecSpace> h0_view;
+    if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
+    OutView<T, 2, ExecSpace> dh0_view;
+    if constexpr (!std::is_same_v<DH0View, NoGradient>) dh0_view = dh0;
+    detail::run_newton_backward<T>(space, cell, InView<T, 3, ExecSpace>(u), InView<T, 3, ExecSpace>(h),
+                                   InView<T, 3, ExecSpace>(g), OutView<T, 3, ExecSpace>(du), OutView<T, 1, ExecSpace>(dparams),
+                                   h0_view, dh0_view, config);
   } else {
-    using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
-    const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
-    using adjoint_t = detail::AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
-    ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
-                                   detail::newton_scan_config<ExecSpace>(config.scan));
-
-    // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
-    const long threads = std::max<long>(1, B * shape.groups);
-    const int runs = int(std::clamp<long>(detail::ceil_div(space.concurrency(), threads), 1,
-                                          std::min<long>(64, std::max<long>(1, T / 64))));
-    const int run_length = int(detail::ceil_div(std::max<long>(1, T), runs));
-    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
-    using local_t = detail::LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
-    Kokkos::parallel_for("paraseq::newton_local_gradients",
-                         Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
-                         local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
+    detail::run_newton_backward<acc_t>(space, cell, u, h, g, du, dparams, h0, dh0, config);
   }
-  Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, cell.param_count()),
-                       detail::SumPartials<partial_view, DParamView>{partial, dparams});
 }
 
 } // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/newton_backward_instances.hpp>
+#endif

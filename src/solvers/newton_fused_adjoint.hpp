@@ -57,7 +57,7 @@ struct FusedAdjoint {
 
   Cell cell;
   UView u;
-  StoredIterate<HView, H0View> trajectory;
+  Iterate<HView, H0View> trajectory;
   GView g_in;
   DUView du;
   PartialView partial; // [B * P, cell.param_count()]: thread p's sums in row b * P + p
@@ -145,7 +145,7 @@ struct FusedAdjoint {
       if (working && p == 0) {
         for (int i = 0; i < d; ++i) carry[i] = nu[i];
         if constexpr (!std::is_same_v<DH0View, NoGradient>)
-          if (start == 0)
+          if (start == 0 && dh0.data())
             for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
       }
     }

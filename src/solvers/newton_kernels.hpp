@@ -48,42 +48,33 @@ KOKKOS_INLINE_FUNCTION void small_matvec(int d, const Acc* J, const Acc* x, Acc*
   }
 }
 
-// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state).
+// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state):
+// a View, or the initial guess before the first pass, computed where it is needed. The source is
+// a run-time value, the same for every thread, so that every pass of a solve is one kernel type.
+enum class IterateSource {
+  stored,       // h^k lives in the View h
+  cell_at_zero, // h^0_t = f(0, u_t)
+  zeros,        // h^0_t = 0
+};
+
 template <class HView, class H0View>
-struct StoredIterate { // h^k lives in a View
+struct Iterate {
   HView h;
   H0View h0;
   int d;
-  template <class Acc, class Cell, class UView>
-  KOKKOS_INLINE_FUNCTION void load(const Cell&, const UView&, int b, int t, int g, Acc* x) const {
-    if (t < 0) load_initial<Acc>(h0, b, g * d, d, x);
-    else
-      for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
-  }
-};
-
-template <class H0View>
-struct CellAtZeroIterate { // h^0_t = f(0, u_t), evaluated where it is needed
-  H0View h0;
-  int d;
+  IterateSource source = IterateSource::stored;
   template <class Acc, class Cell, class UView>
   KOKKOS_INLINE_FUNCTION void load(const Cell& cell, const UView& u, int b, int t, int g, Acc* x) const {
     if (t < 0) return load_initial<Acc>(h0, b, g * d, d, x);
-    Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group];
-    gather_inputs<Acc>(cell, u, b, t, g, in);
-    cell.step(g, zero, in, x);
-  }
-};
-
-template <class H0View>
-struct ZeroIterate { // h^0_t = 0
-  H0View h0;
-  int d;
-  template <class Acc, class Cell, class UView>
-  KOKKOS_INLINE_FUNCTION void load(const Cell&, const UView&, int b, int t, int g, Acc* x) const {
-    if (t < 0) load_initial<Acc>(h0, b, g * d, d, x);
-    else
+    if (source == IterateSource::stored) {
+      for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
+    } else if (source == IterateSource::cell_at_zero) {
+      Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group];
+      gather_inputs<Acc>(cell, u, b, t, g, in);
+      cell.step(g, zero, in, x);
+    } else {
       for (int i = 0; i < d; ++i) x[i] = Acc(0);
+    }
   }
 };
 

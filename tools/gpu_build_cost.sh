@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The CUDA build cost of paraseq and its kernels' speed, on a GPU machine with CUDA, CMake, Ninja
+# and PyTorch but no Kokkos (the H200 machine of docs/performance.md, "Build cost").
+#
+#   tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]
+#
+# DEPS holds source trees: kokkos/ (a Kokkos that builds with this CUDA), googletest/, benchmark/.
+# They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
+# operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
+# operator library alone (`ninja paraseq_torch`), then the rest. OUT receives build-cost.json
+# (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log, and
+# bench.json from the target benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
+# benchmark binary built (in the background, after the timed build) and measured in the same run:
+# bench-baseline.json.
+set -euo pipefail
+deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
+out=$(realpath -m "${2:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
+baseline=${3:-}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+mkdir -p "$out"
+# The system compiler, as torch's: a second libstdc++ in one process aborts (docs/compatibility.md).
+export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+prefix=/tmp/paraseq-deps
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$prefix -DCMAKE_PREFIX_PATH=$prefix)
+
+if [[ ! -f $prefix/.built ]]; then
+  cmake -S "$deps/kokkos" -B /tmp/build-kokkos "${common[@]}" -DCMAKE_CXX_STANDARD=20 -DBUILD_SHARED_LIBS=ON \
+    -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ARCH_HOPPER90=ON \
+    -DKokkos_ENABLE_COMPILE_AS_CMAKE_LANGUAGE=ON -DKokkos_ENABLE_IMPL_VIEW_LEGACY=ON >"$out/deps.log" 2>&1
+  cmake --build /tmp/build-kokkos -j "$jobs" >>"$out/deps.log" 2>&1 && cmake --install /tmp/build-kokkos >>"$out/deps.log"
+  cmake -S "$deps/googletest" -B /tmp/build-gtest "${common[@]}" >>"$out/deps.log" 2>&1
+  cmake --build /tmp/build-gtest -j "$jobs" >>"$out/deps.log" 2>&1 && cmake --install /tmp/build-gtest >>"$out/deps.log"
+  cmake -S "$deps/benchmark" -B /tmp/build-benchmark "${common[@]}" -DBENCHMARK_ENABLE_TESTING=OFF \
+    -DBENCHMARK_ENABLE_WERROR=OFF >>"$out/deps.log" 2>&1
+  cmake --build /tmp/build-benchmark -j "$jobs" >>"$out/deps.log" 2>&1 && cmake --install /tmp/build-benchmark >>"$out/deps.log"
+  touch $prefix/.built
+fi
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+
+configure() { # source build [extra cmake args]
+  cmake -S "$1" -B "$2" "${common[@]}" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" -DKokkos_ROOT=$prefix \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DPARASEQ_ENABLE_TESTS=ON -DPARASEQ_ENABLE_BENCHMARKS=ON \
+    -DPARASEQ_ENABLE_EXAMPLES=ON "${@:3}"
+}
+
+build=/tmp/build-paraseq
+rm -rf "$build"
+configure "$repo" "$build" -DPARASEQ_ENABLE_TORCH=ON >"$out/build.log" 2>&1
+start=$(date +%s.%N)
+ninja -C "$build" -j "$jobs" paraseq_torch >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; exit 1; }
+operators=$(date +%s.%N)
+ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; exit 1; }
+finished=$(date +%s.%N)
+python3 "$repo/perf_tests/build_cost.py" "$build" --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+  --out "$out/build-cost.json" | tee "$out/build-cost.txt"
+python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
+import json, sys
+path, start, operators, finished = sys.argv[1], *map(float, sys.argv[2:])
+report = json.load(open(path))
+report["phases"] = {"operator_library_seconds": round(operators - start, 1),
+                    "everything_else_seconds": round(finished - operators, 1),
+                    "full_build_seconds": round(finished - start, 1)}
+json.dump(report, open(path, "w"), indent=1)
+print("phases:", report["phases"])
+EOF
+
+if [[ -n $baseline ]]; then # built while the tests run: its build time is not measured
+  mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline
+  (configure /tmp/baseline /tmp/build-baseline >/tmp/baseline.log 2>&1 &&
+    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc) &
+fi
+
+ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 || true
+tail -n 4 "$out/ctest.log"
+
+# The target benchmarks of docs/performance.md, this tree and the baseline alternating.
+targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
+targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0'
+bench() { # build_dir report
+  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
+    --timeout 60 >"$2.log" 2>&1 || true
+}
+bench "$build" "$out/bench.json"
+if [[ -n $baseline ]]; then
+  wait || true
+  if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
+    bench /tmp/build-baseline "$out/bench-baseline.json"
+    bench "$build" "$out/bench-again.json"
+  else
+    tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
+  fi
+fi
+echo "gpu_build_cost.sh: done"

@@ -36,8 +36,8 @@ void time_fenced(benchmark::State& state, double bytes, double flops, Work&& wor
 
 // Fills a contiguous View with uniform values in [lo, hi) from `seed`. Kokkos::fill_random
 // parallelises over the first extent only (128 rows per thread), so it would fill a [16, 4096, 3072]
-// View, or a scan's [1, T, N], with a single GPU thread, for seconds per benchmark run (the cause of
-// the runs that made no progress on the H200 in sessions 2 and 3); the flat view of the span spreads
+// View, or a scan's [1, T, N], with a single GPU thread, for seconds per benchmark run (why
+// benchmark runs before 87b6231 made no progress on the H200); the flat view of the span spreads
 // the draws over the whole device.
 template <class View>
 void fill_uniform(const View& view, typename View::const_value_type lo, typename View::const_value_type hi, unsigned seed) {

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""paraseq against what users would pick instead (../shared/reference/anchors.md), in one run on one
-device: cuDNN GRU, a PyTorch eager Newton solve, the PyTorch sequential loop, an eager RK4 loop,
+"""paraseq against what users would pick instead, in one run on one device: cuDNN GRU, a PyTorch eager Newton solve, the PyTorch sequential loop, an eager RK4 loop,
 torchdiffeq, diffrax (JAX, in a subprocess) and torch.compile of an unrolled RK4 loop (cold and
 warm), next to paraseq's operators on the same workloads and the HBM floor from a copy measured in
 the same run. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a warm-up

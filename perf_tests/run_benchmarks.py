@@ -225,14 +225,22 @@ def compare(results, baseline, threshold):
 
 
 def print_table(results):
-    print(f"{'benchmark':58} {'time':>11} {'GB/s':>9} {'%copy':>6} {'GFLOP/s':>9}")
+    width = max([len("benchmark")] + [len(r["name"]) for r in results])
+    print(f"{'benchmark':{width}} {'time':>11} {'GB/s':>9} {'%copy':>6} {'GFLOP/s':>9}")
     for r in results:
         if r["name"].startswith("torch_overhead/"):
             ratio = f"{r['time_over_copy_time']:.1f}x torch.add" if r["time_over_copy_time"] else ""
-            print(f"{r['name'][:58]:58} {r['seconds'] * 1e6:9.2f}us  {r['device']:>4} {ratio}")
+            print(f"{r['name']:{width}} {r['seconds'] * 1e6:9.2f}us  {r['device']:>4} {ratio}")
             continue
         pct = f"{r['pct_copy_bandwidth']:.0f}" if r["pct_copy_bandwidth"] is not None else "-"
-        print(f"{r['name'][:58]:58} {r['seconds'] * 1e3:9.3f}ms {r['GBps']:9.2f} {pct:>6} {r['GFLOPps']:9.2f}")
+        print(f"{r['name']:{width}} {r['seconds'] * 1e3:9.3f}ms {r['GBps']:9.2f} {pct:>6} {r['GFLOPps']:9.2f}")
+
+
+def print_comparison(rows):
+    width = max([len("benchmark")] + [len(row[0]) for row in rows])
+    print(f"  {'benchmark':{width}} {'baseline':>9} {'this run':>9} {'ratio':>7} {'/ drift':>7}")
+    for name, old, new, ratio, relative, flagged in rows:
+        print(f"  {name:{width}} {old:9.3f} {new:9.3f} {ratio:6.2f}x {relative:6.2f}x {'SLOWER' if flagged else ''}")
 
 
 def main():
@@ -251,6 +259,8 @@ def main():
                         help="summarise this Google Benchmark JSON (from a run elsewhere) instead of running")
     parser.add_argument("--machine", default=None,
                         help="with --raw: the machine the run was made on (this machine is described otherwise)")
+    parser.add_argument("--summary", action="store_true",
+                        help="print one line per finding instead of the tables (the JSON report keeps them)")
     parser.add_argument("--torch-device", default="cpu",
                         help="the device of the torch operator overhead (cpu or cuda; skipped with --raw)")
     args = parser.parse_args()
@@ -278,9 +288,10 @@ def main():
         "results": results,
         "timed_out": raw.get("timed_out", []),
     }
-    print_table(report["results"])
+    if not args.summary:
+        print_table(report["results"])
     for name in report["timed_out"]:
-        print(f"{name[:58]:58} timed out after {args.timeout} s")
+        print(f"{name} timed out after {args.timeout} s")
     if args.out:
         with open(args.out, "w") as out:
             json.dump(report, out, indent=1)
@@ -289,15 +300,18 @@ def main():
     if args.baseline:
         with open(args.baseline) as base_file:
             rows, drift = compare(report["results"], json.load(base_file), args.threshold)
-        print(f"\nagainst {args.baseline} (time / copy-kernel time of the same run, then over the suite's median "
-              f"ratio {drift:.2f}; flagged above +{args.threshold:.0%}):")
-        for name, old, new, ratio, relative, flagged in rows:
-            print(f"  {name[:58]:58} {old:9.3f} {new:9.3f} {ratio:6.2f}x {relative:6.2f}x {'SLOWER' if flagged else ''}")
         regressions = sum(1 for row in rows if row[5])
-        print(f"{regressions} regression(s) of {len(rows)} compared")
+        if not args.summary:
+            print(f"\nagainst {args.baseline} (time / copy-kernel time of the same run, then over the suite's "
+                  f"median ratio {drift:.2f}; flagged above +{args.threshold:.0%}):")
+            print_comparison(rows)
+        print(f"{len(report['results'])} benchmarks run; {regressions} of {len(rows)} compared with {args.baseline} "
+              f"more than {args.threshold:.0%} slower than the suite's drift")
         if drift > 1 + args.threshold:
             print(f"the whole suite moved {drift:.2f}x against the copy kernel: a busy or different machine, or a "
                   f"regression in a path every benchmark shares; compare on a quiet machine")
+    elif args.summary:
+        print(f"{len(report['results'])} benchmarks run")
     if regressions and args.fail_on_regression:
         raise SystemExit(1)
 

@@ -7,7 +7,11 @@ set(... CACHE ...). The check fails when
   - the recipe does not parse;
   - a variant reaches no CMake option: cmake_args does not map it with self.define_from_variant, and
     no depends_on("<dependency>+<variant>", when="+<variant>") forwards it to a dependency;
-  - cmake_args passes a CMake option that no CMake file declares.
+  - cmake_args passes a CMake option that no CMake file declares;
+  - the recipe breaks a rule that Spack or its Kokkos recipe enforces only when a spec concretizes
+    or installs (RULES below): the SPDX header, a single-valued cuda_arch (Kokkos takes one), a
+    Kokkos with nvcc_wrapper or CMake's CUDA language under +cuda, upper bounds on Kokkos, Kokkos
+    Kernels and PyTorch.
 Variants that CMakePackage and CudaPackage declare, CMake's own variables (CMAKE_*,
 BUILD_SHARED_LIBS) and find_package hints (<Package>_ROOT, <Package>_DIR) are not the project's,
 and are not checked.
@@ -55,8 +59,29 @@ class CMakeDefine:
     line: int
 
 
+SPDX_HEADER = (
+    "# Copyright Spack Project Developers. See COPYRIGHT file for details.\n"
+    "#\n"
+    "# SPDX-License-Identifier: (Apache-2.0 OR MIT)\n"
+)
+# Dependencies whose newer major versions have broken their users: each needs an upper bound.
+BOUNDED_DEPENDENCIES = ("kokkos", "kokkos-kernels", "py-torch")
+# Kokkos' recipe refuses +cuda unless Kokkos is built with one of these (or %clang / %cce).
+CUDA_KOKKOS_BUILDS = {"^kokkos+wrapper", "^kokkos+cmake_lang"}
+
+
+@dataclass
+class Directive:
+    name: str
+    args: list[str | None]  # positional string literals (None where not a literal)
+    keywords: dict[str, ast.expr]
+    line: int
+
+
 @dataclass
 class Recipe:
+    source: str
+    directives: list[Directive]
     variants: dict[str, int]  # name -> line
     forwarded: set[str]  # variants that depends_on forwards to a dependency
     defines: list[CMakeDefine]
@@ -129,9 +154,12 @@ def read_recipe(path):
     if package is None:
         raise RecipeError(f"{shown(path)}: no class derives from CMakePackage")
 
-    recipe = Recipe(variants={}, forwarded=set(), defines=[], unreadable=[])
+    recipe = Recipe(source=source, directives=[], variants={}, forwarded=set(), defines=[], unreadable=[])
     for call in class_level_calls(package):
         name = called_name(call)
+        recipe.directives.append(
+            Directive(name, [string_value(a) for a in call.args], {k.arg: k.value for k in call.keywords}, call.lineno)
+        )
         if name == "variant":
             variant = string_value(call.args[0]) if call.args else None
             if variant is None:
@@ -222,6 +250,55 @@ def declared_cmake_options(source_dir):
     return options
 
 
+def keyword_string(directive, key):
+    node = directive.keywords.get(key)
+    return string_value(node) if node is not None else None
+
+
+def rule_errors(recipe, recipe_path):
+    """The rules that only a concretization or an install would otherwise reveal."""
+    errors = []
+    where = shown(recipe_path)
+    if not recipe.source.startswith(SPDX_HEADER):
+        errors.append(f"{where}:1: the recipe must start with Spack's copyright and SPDX header:\n{SPDX_HEADER}")
+
+    cuda_arch = [d for d in recipe.directives if d.name == "variant" and d.args[:1] == ["cuda_arch"]]
+    multi = cuda_arch[0].keywords.get("multi") if cuda_arch else None
+    if not (isinstance(multi, ast.Constant) and multi.value is False):
+        line = cuda_arch[0].line if cuda_arch else 1
+        errors.append(
+            f"{where}:{line}: declare variant(\"cuda_arch\", ..., multi=False, when=\"+cuda\"): Kokkos "
+            "builds for one CUDA architecture, so a multi-valued cuda_arch does not concretize"
+        )
+
+    cuda_requirement = any(
+        d.name == "requires"
+        and keyword_string(d, "when") == "+cuda"
+        and CUDA_KOKKOS_BUILDS & {arg.replace(" ", "") for arg in d.args if arg}
+        for d in recipe.directives
+    )
+    if not cuda_requirement:
+        errors.append(
+            f'{where}: +cuda needs requires("^kokkos+wrapper", "^kokkos+cmake_lang", policy="any_of", '
+            'when="+cuda"): Kokkos refuses +cuda without nvcc_wrapper unless it is compiled as a CMake '
+            "CUDA language (or with %clang)"
+        )
+
+    for dependency in BOUNDED_DEPENDENCIES:
+        specs = [
+            d.args[0]
+            for d in recipe.directives
+            if d.name == "depends_on" and d.args and d.args[0]
+            and re.match(rf"{re.escape(dependency)}(@|$|[\s+~])", d.args[0])
+        ]
+        if specs and not any(re.search(r"@[\w.]*:[\w.]+", spec) for spec in specs):
+            errors.append(
+                f"{where}: depends_on(\"{dependency}@LOW:HIGH\"): {dependency} has no upper bound; "
+                "bound it by the newest version paraseq is tested with"
+            )
+    return errors
+
+
 def check(recipe_path, source_dir):
     """Returns (errors, summary)."""
     try:
@@ -229,7 +306,7 @@ def check(recipe_path, source_dir):
     except RecipeError as error:
         return [str(error)], None
     declared = declared_cmake_options(source_dir)
-    errors = list(recipe.unreadable)
+    errors = list(recipe.unreadable) + rule_errors(recipe, recipe_path)
     where = f"CMakeLists.txt or CMake module under {shown(source_dir)}"
     known_variants = set(recipe.variants) | INHERITED_VARIANTS
 

@@ -89,3 +89,23 @@ def test_options_come_from_nested_cmake_files_outside_build_trees(tmp_path, kern
     assert (result.returncode == 0) == passes, result.stdout + result.stderr
     if not passes:
         assert "variant 'kernels' maps to CMake option PARASEQ_ENABLE_KOKKOSKERNELS, which no" in result.stderr
+
+
+# Each rule that Spack or the Kokkos recipe enforces only at concretization or install time: a copy
+# of the real recipe that breaks it fails the check with a message that names the rule.
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("# SPDX-License-Identifier: (Apache-2.0 OR MIT)\n", "", "SPDX header"),
+        ("        multi=False,\n        sticky=True,", "        multi=True,\n        sticky=True,", "multi=False"),
+        ('        "^kokkos+wrapper",\n        "^kokkos+cmake_lang",\n', '        "^kokkos+serial",\n', "nvcc_wrapper"),
+        ('depends_on("kokkos@4.5:5")', 'depends_on("kokkos@4.5:")', "kokkos has no upper bound"),
+        ('depends_on("kokkos-kernels@4.5:5")', 'depends_on("kokkos-kernels@4.5:")', "kokkos-kernels has no upper bound"),
+        ('depends_on("py-torch@2.6:2.14", ', 'depends_on("py-torch@2.6:", ', "py-torch has no upper bound"),
+    ],
+)
+def test_recipe_breaking_a_spack_rule_fails(tmp_path, old, new, message):
+    recipe = edited_recipe(tmp_path, old, new)
+    result = run_checker("--recipe", recipe)
+    assert result.returncode == 1
+    assert message in result.stderr

@@ -251,8 +251,17 @@ TYPED_TEST(RungeKuttaGradients, DualNumbersStandInForAMissingVjp) {
   ode::solve_with_gradient(Space{}, ode::Tsit5{}, ode::problem(OscillatorWithoutVjp{}, batch.y0, batch.params), steps,
                            ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
                            ode::Gradients<decltype(dual_y0), decltype(dual_p)>{dual_y0, dual_p});
-  EXPECT_LE(max_abs_difference(dual_y0, to_host(explicit_y0)), 1e-13);
-  EXPECT_LE(max_abs_difference(dual_p, to_host(explicit_p)), 1e-13);
+  // Both are the discrete adjoint of an adaptive solve, equal to rounding only while both forward
+  // passes accept the same steps. The dual numbers and the explicit vjp round differently (and
+  // differently again where the compiler contracts to FMA, as under a -march that has it); the error
+  // estimate, a difference of two solutions of size rtol, magnifies such a difference by 1/rtol, so a
+  // step accepted in one pass can be rejected in the other, and each gradient is then that of its own
+  // mesh. Both meshes keep each step's error below the tolerance, and the oscillator's solutions do not
+  // grow, so the gradients' discretisation errors, and their difference, stay below t_end * rtol
+  // (measured: 2.55e-11 with Kokkos 4.6.01 in a Spack build). A wrong derivative is off by O(1).
+  const double discretisation_bound = steps.t_end * steps.rtol;
+  EXPECT_LE(max_abs_difference(dual_y0, to_host(explicit_y0)), discretisation_bound);
+  EXPECT_LE(max_abs_difference(dual_p, to_host(explicit_p)), discretisation_bound);
 }
 
 TYPED_TEST(RungeKuttaGradients, CheckpointIntervalsChunksAndLoopModesGiveTheSameBits) {

@@ -33,6 +33,17 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
         description="Build the PyTorch operators and install the Python package",
     )
     variant("tests", default=False, description="Build the unit tests")
+    variant(
+        "eti",
+        default=True,
+        description="Compile the built-in structures and cells once, into the paraseq library",
+    )
+    variant(
+        "eti_only",
+        default=False,
+        description="Built-in structures and cells run only their compiled instances",
+        when="+eti",
+    )
 
     # paraseq is compiled for the one architecture of its Kokkos, which supports one at a time.
     variant(
@@ -101,6 +112,8 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
             self.define_from_variant("PARASEQ_ENABLE_KOKKOSKERNELS", "kernels"),
             self.define_from_variant("PARASEQ_ENABLE_TORCH", "torch"),
             self.define_from_variant("PARASEQ_ENABLE_TESTS", "tests"),
+            self.define_from_variant("PARASEQ_ETI", "eti"),
+            self.define_from_variant("PARASEQ_ETI_ONLY", "eti_only"),
             # Neither is installed, and the benchmarks would need Google Benchmark.
             self.define("PARASEQ_ENABLE_BENCHMARKS", False),
             self.define("PARASEQ_ENABLE_EXAMPLES", False),

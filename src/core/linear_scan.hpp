@@ -205,7 +205,22 @@ constexpr void check_header_path_allowed() {
 #endif
 }
 
+// The compiled instances are overloads of these (paraseq/eti/linear_scan_instances.hpp); a call
+// that matches none of them is deleted, so `requires` tells whether an instance exists.
+template <class... Arguments>
+void compiled_linear_scan(const Arguments&...) = delete;
+template <class... Arguments>
+void compiled_linear_scan_reverse(const Arguments&...) = delete;
+
 } // namespace detail
+
+} // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/linear_scan_instances.hpp>
+#endif
+
+namespace paraseq {
 
 template <class Acc = void, class ExecSpace, class Structure, class AView, class BView, class HView, class H0View>
   requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
@@ -224,10 +239,14 @@ void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView&
   constexpr bool compiled = detail::scan_is_compiled<acc_t, ExecSpace, AView, BView, HView, H0View>();
   detail::check_header_path_allowed<compiled, AView, BView, HView, H0View>();
   if constexpr (compiled) {
+    const InView<T, detail::a_rank<Structure>, ExecSpace> a_view = A;
+    const InView<T, 3, ExecSpace> b_view = b;
+    const OutView<T, 3, ExecSpace> h_view = h;
     InView<T, 2, ExecSpace> h0_view;
     if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
-    detail::run_linear_scan<Structure, T>(space, shape, InView<T, detail::a_rank<Structure>, ExecSpace>(A),
-                                          InView<T, 3, ExecSpace>(b), OutView<T, 3, ExecSpace>(h), h0_view, config);
+    if constexpr (requires { detail::compiled_linear_scan(space, Structure{}, shape, a_view, b_view, h_view, h0_view, config); })
+      detail::compiled_linear_scan(space, Structure{}, shape, a_view, b_view, h_view, h0_view, config);
+    else detail::run_linear_scan<Structure, T>(space, shape, a_view, b_view, h_view, h0_view, config);
   } else {
     detail::run_linear_scan<Structure, acc_t>(space, shape, A, b, h, h0, config);
   }
@@ -249,14 +268,16 @@ void linear_scan_reverse(const ExecSpace& space, Structure, const AView& A, cons
       detail::check_scan_extents<Structure>("paraseq::linear_scan_reverse", A, g, "g", lambda, "lambda");
   constexpr bool compiled = detail::scan_is_compiled<acc_t, ExecSpace, AView, GView, LView>();
   detail::check_header_path_allowed<compiled, AView, GView, LView>();
-  if constexpr (compiled)
-    detail::run_linear_scan_reverse<Structure, T>(space, shape, InView<T, detail::a_rank<Structure>, ExecSpace>(A),
-                                                  InView<T, 3, ExecSpace>(g), OutView<T, 3, ExecSpace>(lambda), config);
-  else detail::run_linear_scan_reverse<Structure, acc_t>(space, shape, A, g, lambda, config);
+  if constexpr (compiled) {
+    const InView<T, detail::a_rank<Structure>, ExecSpace> a_view = A;
+    const InView<T, 3, ExecSpace> g_view = g;
+    const OutView<T, 3, ExecSpace> lambda_view = lambda;
+    if constexpr (requires { detail::compiled_linear_scan_reverse(space, Structure{}, shape, a_view, g_view, lambda_view, config); })
+      detail::compiled_linear_scan_reverse(space, Structure{}, shape, a_view, g_view, lambda_view, config);
+    else detail::run_linear_scan_reverse<Structure, T>(space, shape, a_view, g_view, lambda_view, config);
+  } else {
+    detail::run_linear_scan_reverse<Structure, acc_t>(space, shape, A, g, lambda, config);
+  }
 }
 
 } // namespace paraseq
-
-#if PARASEQ_ETI
-#include <paraseq/eti/linear_scan_instances.hpp>
-#endif

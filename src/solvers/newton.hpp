@@ -305,7 +305,19 @@ constexpr bool newton_is_compiled() {
          (std::is_same_v<H0View, ZeroInitialState> || converts_to_compiled_view<H0View, T, ExecSpace, false>());
 }
 
+// The compiled instances are overloads of this (paraseq/eti/newton_instances.hpp; see linear_scan.hpp).
+template <class... Arguments>
+void compiled_newton_solve(const Arguments&...) = delete;
+
 } // namespace detail
+
+} // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/newton_instances.hpp>
+#endif
+
+namespace paraseq {
 
 template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
   requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
@@ -321,17 +333,16 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
   detail::check_header_path_allowed<compiled || !detail::is_builtin_cell_v<Cell>, Cell, UView, HView, H0View>();
   if constexpr (compiled) {
     using T = typename UView::non_const_value_type;
+    const InView<T, 3, ExecSpace> u_view = u;
+    const OutView<T, 3, ExecSpace> h_view = h;
     InView<T, 2, ExecSpace> h0_view;
     if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
-    detail::run_newton_solve<T>(space, cell, InView<T, 3, ExecSpace>(u), OutView<T, 3, ExecSpace>(h), config, h0_view,
-                                stats);
+    if constexpr (requires { detail::compiled_newton_solve(space, cell, u_view, h_view, config, h0_view, stats); })
+      detail::compiled_newton_solve(space, cell, u_view, h_view, config, h0_view, stats);
+    else detail::run_newton_solve<T>(space, cell, u_view, h_view, config, h0_view, stats);
   } else {
     detail::run_newton_solve<acc_t>(space, cell, u, h, config, h0, stats);
   }
 }
 
 } // namespace paraseq
-
-#if PARASEQ_ETI
-#include <paraseq/eti/newton_instances.hpp>
-#endif

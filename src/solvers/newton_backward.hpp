@@ -192,13 +192,27 @@ template <class Acc, class ExecSpace, class Cell, class UView, class HView, clas
           class H0View, class DH0View>
 constexpr bool newton_backward_is_compiled() {
   using T = typename UView::non_const_value_type;
-  return newton_is_compiled<Acc, ExecSpace, Cell, UView, HView, H0View>() &&
+  return std::is_same_v<Acc, T> && is_compiled_cell_v<Cell, T, typename ExecSpace::memory_space> &&
+         converts_to_compiled_view<UView, T, ExecSpace, false>() && converts_to_compiled_view<HView, T, ExecSpace, false>() &&
+         (std::is_same_v<H0View, ZeroInitialState> || converts_to_compiled_view<H0View, T, ExecSpace, false>()) &&
          converts_to_compiled_view<GView, T, ExecSpace, false>() && converts_to_compiled_view<DUView, T, ExecSpace, true>() &&
          converts_to_compiled_view<DParamView, T, ExecSpace, true>() &&
          (std::is_same_v<DH0View, NoGradient> || converts_to_compiled_view<DH0View, T, ExecSpace, true>());
 }
 
+// The compiled instances are overloads of this (paraseq/eti/newton_backward_instances.hpp).
+template <class... Arguments>
+void compiled_newton_backward(const Arguments&...) = delete;
+
 } // namespace detail
+
+} // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/newton_backward_instances.hpp>
+#endif
+
+namespace paraseq {
 
 template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
           class DParamView, class H0View = ZeroInitialState, class DH0View = NoGradient>
@@ -236,16 +250,21 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
     if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
     OutView<T, 2, ExecSpace> dh0_view;
     if constexpr (!std::is_same_v<DH0View, NoGradient>) dh0_view = dh0;
-    detail::run_newton_backward<T>(space, cell, InView<T, 3, ExecSpace>(u), InView<T, 3, ExecSpace>(h),
-                                   InView<T, 3, ExecSpace>(g), OutView<T, 3, ExecSpace>(du), OutView<T, 1, ExecSpace>(dparams),
-                                   h0_view, dh0_view, config);
+    const InView<T, 3, ExecSpace> u_view = u, h_view = h, g_view = g;
+    const OutView<T, 3, ExecSpace> du_view = du;
+    const OutView<T, 1, ExecSpace> dparams_view = dparams;
+    if constexpr (requires {
+                    detail::compiled_newton_backward(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view,
+                                                     dh0_view, config);
+                  })
+      detail::compiled_newton_backward(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view, dh0_view,
+                                       config);
+    else
+      detail::run_newton_backward<T>(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view, dh0_view,
+                                     config);
   } else {
     detail::run_newton_backward<acc_t>(space, cell, u, h, g, du, dparams, h0, dh0, config);
   }
 }
 
 } // namespace paraseq
-
-#if PARASEQ_ETI
-#include <paraseq/eti/newton_backward_instances.hpp>
-#endif

@@ -1,13 +1,13 @@
-# cmake -DNM=nm -DOBJECTS=a.o -P check_linked_instance.cmake: the objects call
-# paraseq::detail::run_linear_scan<paraseq::Diagonal, double, ...> and do not define it.
+# cmake -DNM=nm -DOBJECTS=a.o -P check_linked_instance.cmake: the objects call paraseq's compiled
+# Diagonal double scan (an undefined symbol) and instantiate none of the scan engine themselves.
 execute_process(COMMAND ${NM} -C ${OBJECTS} OUTPUT_VARIABLE symbols COMMAND_ERROR_IS_FATAL ANY)
-string(REGEX MATCHALL "[^\n]*paraseq::detail::run_linear_scan<paraseq::Diagonal, double[^\n]*" lines "${symbols}")
-if(NOT lines)
-  message(FATAL_ERROR "the consumer does not call the compiled linear_scan instance:\n${symbols}")
+string(REGEX MATCH "[^\n]* U paraseq::detail::compiled_linear_scan\\([^\n]*paraseq::Diagonal, [^\n]*double[^\n]*" call "${symbols}")
+if(NOT call)
+  message(FATAL_ERROR "the consumer does not call the compiled Diagonal double linear_scan:\n${symbols}")
 endif()
-foreach(line IN LISTS lines)
-  if(NOT line MATCHES "^ +U ")
-    message(FATAL_ERROR "the consumer defines the linear_scan instance itself (not extern): ${line}")
-  endif()
-endforeach()
-message(STATUS "the consumer links the compiled instance: ${lines}")
+string(REGEX MATCHALL "[^\n]*paraseq::detail::OrderedScan<[^\n]*" engine "${symbols}")
+if(engine)
+  list(GET engine 0 first)
+  message(FATAL_ERROR "the consumer instantiates the scan engine itself: ${first}")
+endif()
+message(STATUS "the consumer links the compiled instance: ${call}")

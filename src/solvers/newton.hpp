@@ -145,14 +145,16 @@ inline void check_newton_config(const NewtonConfig& config) {
 }
 
 // The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
-// buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn), so every pass
-// of the solve is one kernel type whatever the initial guess. Returns the iterations run.
+// buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn), so a solve has
+// two pass types (from the guess, from a View) whatever the guess and buffers. Returns the
+// iterations run.
 template <class Acc, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
 int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, const IterateView& h, const H0View& h0,
                    const NewtonConfig& config, const ScanShape& shape, bool check_on_host, const ResidualOf& residual_of,
                    int& picard_sweeps) {
   using structure = typename Cell::structure;
   using iterate_t = Iterate<IterateView, H0View>;
+  using guess_t = Iterate<IterateView, H0View, true>;
   using buffer_layout = std::conditional_t<std::is_same_v<typename IterateView::array_layout, Kokkos::LayoutStride>,
                                            Kokkos::LayoutRight, typename IterateView::array_layout>;
   const int B = shape.batch, T = shape.steps, N = cell.state_size(), d = shape.group_size;
@@ -171,20 +173,22 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   InitialGuess guess = config.initial_guess;
   auto run_pass = [&](const auto& pass) {
     const bool to_work = fresh ? (guess == InitialGuess::given || planned_passes % 2 == 0) : !in_work;
-    const IterateSource source = !fresh || guess == InitialGuess::given ? IterateSource::stored
-                                 : guess == InitialGuess::zeros         ? IterateSource::zeros
-                                                                        : IterateSource::cell_at_zero;
-    pass(iterate_t{in_work && !fresh ? work : h, h0, d, source}, to_work ? work : h);
+    const IterateView& out = to_work ? work : h;
+    if (fresh && guess != InitialGuess::given)
+      pass(guess_t{h, h0, d, guess == InitialGuess::zeros ? IterateSource::zeros : IterateSource::cell_at_zero}, out);
+    else pass(iterate_t{in_work ? work : h, h0, d}, out);
     in_work = to_work;
     fresh = false;
   };
-  auto picard = [&](const iterate_t& old, const IterateView& out) {
+  auto picard = [&](const auto& old, const IterateView& out) {
+    using old_t = std::decay_t<decltype(old)>;
     Kokkos::parallel_for("paraseq::newton_picard", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                         PicardSweep<Acc, Cell, UView, iterate_t, IterateView>{cell, u, old, out, T, shape.groups, d});
+                         PicardSweep<Acc, Cell, UView, old_t, IterateView>{cell, u, old, out, T, shape.groups, d});
   };
-  auto newton = [&](const iterate_t& old, const IterateView& out) {
+  auto newton = [&](const auto& old, const IterateView& out) {
+    using old_t = std::decay_t<decltype(old)>;
     auto scan = [&]<bool Quasi>() {
-      using rec_t = NewtonLinearization<Acc, Cell, Quasi, UView, iterate_t, IterateView>;
+      using rec_t = NewtonLinearization<Acc, Cell, Quasi, UView, old_t, IterateView>;
       using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
       ordered_scan<scan_structure, Acc>(space, scan_shape, rec_t{cell, u, old, out, Acc(config.omega), d},
                                         newton_scan_config<ExecSpace>(config.scan));
@@ -220,9 +224,10 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
     break;
   }
   if (fresh && guess != InitialGuess::given) // no pass ran: the result is the guess
-    run_pass([&](const iterate_t& old, const IterateView& out) {
+    run_pass([&](const auto& old, const IterateView& out) {
+      using old_t = std::decay_t<decltype(old)>;
       Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                           IterateCopy<Acc, Cell, UView, iterate_t, IterateView>{cell, u, old, out, T, shape.groups, d});
+                           IterateCopy<Acc, Cell, UView, old_t, IterateView>{cell, u, old, out, T, shape.groups, d});
     });
   if (in_work) Kokkos::deep_copy(space, h, work);
   return iterations;
@@ -290,10 +295,10 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
 }
 
 // The Newton iteration's recurrence in the compiled instances (cmake/paraseqInstances.cmake).
-template <class T, class Cell, class ExecSpace, bool Quasi>
+template <class T, class Cell, class ExecSpace, bool Quasi, bool FromGuess>
 using compiled_linearization_t =
-    NewtonLinearization<T, Cell, Quasi, InView<T, 3, ExecSpace>, Iterate<OutView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>>,
-                        OutView<T, 3, ExecSpace>>;
+    NewtonLinearization<T, Cell, Quasi, InView<T, 3, ExecSpace>,
+                        Iterate<OutView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>, FromGuess>, OutView<T, 3, ExecSpace>>;
 
 // Whether a solve runs a compiled instance: a built-in cell of u's type in the space's memory,
 // accumulated in that type, over Views that convert to views.hpp's types.

@@ -48,16 +48,17 @@ KOKKOS_INLINE_FUNCTION void small_matvec(int d, const Acc* J, const Acc* x, Acc*
   }
 }
 
-// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state):
-// a View, or the initial guess before the first pass, computed where it is needed. The source is
-// a run-time value, the same for every thread, so that every pass of a solve is one kernel type.
+// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state): a
+// View, or (FromGuess, the first pass of a solve) the initial guess, computed where it is needed.
+// Which guess is a run-time value, the same for every thread: a solve has two pass types, not one
+// per guess, and the passes that read a View carry no guess code.
 enum class IterateSource {
   stored,       // h^k lives in the View h
   cell_at_zero, // h^0_t = f(0, u_t)
   zeros,        // h^0_t = 0
 };
 
-template <class HView, class H0View>
+template <class HView, class H0View, bool FromGuess = false>
 struct Iterate {
   HView h;
   H0View h0;
@@ -66,14 +67,14 @@ struct Iterate {
   template <class Acc, class Cell, class UView>
   KOKKOS_INLINE_FUNCTION void load(const Cell& cell, const UView& u, int b, int t, int g, Acc* x) const {
     if (t < 0) return load_initial<Acc>(h0, b, g * d, d, x);
-    if (source == IterateSource::stored) {
+    if constexpr (!FromGuess) {
       for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
-    } else if (source == IterateSource::cell_at_zero) {
+    } else if (source == IterateSource::zeros) {
+      for (int i = 0; i < d; ++i) x[i] = Acc(0);
+    } else {
       Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group];
       gather_inputs<Acc>(cell, u, b, t, g, in);
       cell.step(g, zero, in, x);
-    } else {
-      for (int i = 0; i < d; ++i) x[i] = Acc(0);
     }
   }
 };

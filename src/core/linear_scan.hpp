@@ -13,6 +13,10 @@
 // The accumulation type Acc (first template argument, default: b's value type) is the precision of
 // the state carried between steps and of every composed map.
 //
+// Views that convert to core/views.hpp's types (LayoutRight, the space's memory space, Acc = the
+// stored type) run the instances compiled into the paraseq library; others compile the scan where
+// they are used (docs/architecture.md, "Compiled instances").
+//
 // Non-finite values: a NaN or Inf in A_t or b_t makes h_t and the outputs that depend on it
 // non-finite (later steps of the same group, and the same batch element only); outputs before t
 // and other groups or batch elements are unaffected.

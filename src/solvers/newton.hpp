@@ -19,6 +19,9 @@
 // the engine reads h^k_{s-1} at sub-chunk, window and time-chunk boundaries from other threads,
 // so writing in place would race.
 //
+// The built-in cells over core/views.hpp's View types run the instances compiled into the paraseq
+// library; a cell of your own compiles the solver where it is used (docs/architecture.md).
+//
 // Modes (NewtonConfig::mode):
 //   sequential  the loop over t, one thread per (batch, group); the reference and, when B x groups
 //               fills the space, the fastest (1/K of Newton's work)

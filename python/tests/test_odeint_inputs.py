@@ -199,3 +199,23 @@ def test_methods_the_operator_lacks_are_refused_naming_the_supported_ones(device
     with pytest.raises(ValueError, match=f"argument 'method' is '{method}', expected one of 'euler', 'heun', 'rk4', "
                                          "'dopri5'"):
         odeint(fields.DampedOscillator(1.0, 0.1), oscillator(device), [0.0, 1.0], method)
+
+
+# ---- second derivatives -------------------------------------------------------------------------
+
+def test_double_backward_raises_instead_of_returning_zero(device):
+    k = torch.tensor([2.0], dtype=DOUBLE, device=device, requires_grad=True)
+    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=DOUBLE)
+    for method, step_size in (("euler", 0.1), ("rk4", 0.1), ("dopri5", None)):
+        loss = odeint(fields.DampedOscillator(k, 0.1), y0, t, method, step_size)[-1].square().sum()
+        grad_y0, grad_k = torch.autograd.grad(loss, (y0, k), create_graph=True)
+        # The first derivatives are those of a plain backward.
+        loss_again = odeint(fields.DampedOscillator(k, 0.1), y0, t, method, step_size)[-1].square().sum()
+        expected = torch.autograd.grad(loss_again, (y0, k))
+        assert torch.equal(grad_y0, expected[0]) and torch.equal(grad_k, expected[1])
+        with pytest.raises(RuntimeError, match="paraseq.odeint does not support double backward"):
+            torch.autograd.grad(grad_y0.sum(), y0)
+    fn = lambda y0: odeint(fields.DampedOscillator(2.0, 0.1), y0, t, "rk4", 0.1)
+    with pytest.raises(RuntimeError, match="paraseq.odeint does not support double backward"):
+        torch.autograd.gradgradcheck(fn, (y0,))

@@ -219,3 +219,24 @@ def test_double_backward_raises_instead_of_returning_zero(device):
     fn = lambda y0: odeint(fields.DampedOscillator(2.0, 0.1), y0, t, "rk4", 0.1)
     with pytest.raises(RuntimeError, match="paraseq.odeint does not support double backward"):
         torch.autograd.gradgradcheck(fn, (y0,))
+
+
+# ---- fakes against kernels on strided inputs ----------------------------------------------------
+
+def test_opcheck_transposed_and_expanded_inputs(device):
+    y0_transposed = torch.randn(2, 3, device=device).t()
+    y0_expanded = torch.randn(1, 2, device=device).expand(3, 2)
+    params_transposed = torch.rand(2, 3, device=device).t()
+    params_expanded = torch.rand(1, 2, device=device).expand(3, 2)
+    shared_strided = torch.randn(6, 2, device=device)[:, 0]  # linear_shared with n = 2: Q = n n + n = 6
+    grad_y = torch.randn(3, 2, 3, device=device).transpose(1, 2)  # [N, len(t), n], not contiguous
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE)
+    cases = [("damped_oscillator", y0_transposed, params_transposed, None, "rk4", 0.1),
+             ("damped_oscillator", y0_expanded, params_expanded, None, "dopri5", None),
+             ("linear_shared", y0_transposed, None, shared_strided, "dopri5", None)]
+    for field, y0, params, shared, method, step_size in cases:
+        args = (field, y0, t, params, shared, 0, method, step_size, 1e-6, 1e-8, 1000)
+        torch.library.opcheck(ops.odeint, args)
+        torch.library.opcheck(ops.odeint_backward, args + (grad_y,))
+        differentiable = tuple(a.detach().requires_grad_() if torch.is_tensor(a) and a is not t else a for a in args)
+        torch.library.opcheck(ops.odeint, differentiable)

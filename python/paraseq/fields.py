@@ -52,10 +52,9 @@ class Field:
             if not torch.isfinite(value).all():
                 raise ValueError(f"{type(self).__name__}: argument '{name}' holds a NaN or Inf, expected finite values")
 
-    def _error(self, name, value, expected):
-        shape = list(value.shape) if torch.is_tensor(value) else None
-        given = f"has shape {shape}" if shape is not None else f"is {value!r}"
-        return ValueError(f"{type(self).__name__}: argument '{name}' {given}, expected {expected}")
+    def _shape_error(self, name, tensor, expected):
+        return ValueError(f"{type(self).__name__}: argument '{name}' has shape {list(tensor.shape)}, "
+                          f"expected {expected}")
 
 
 def _checked_number_or_tensor(field, name, value):
@@ -89,7 +88,8 @@ class _OwnParameterField(Field):
             if not torch.is_tensor(value):
                 value = torch.tensor(value, dtype=y0.dtype, device=y0.device)
             elif value.dim() > 1 or (value.dim() == 1 and value.shape[0] != N):
-                raise self._error(name, value, f"a number, a 0-d tensor or [N] = [{N}] (one value per trajectory of y0)")
+                raise self._shape_error(name, value,
+                                        f"a number, a 0-d tensor or [N] = [{N}] (one value per trajectory of y0)")
             columns.append(value.expand(N))
         return torch.stack(columns, dim=-1), None, 0
 
@@ -144,7 +144,7 @@ class Linear(Field):
             return None, torch.cat([A.reshape(n * n), b]), 0
         for name, value in self.named_values():
             if value.dim() == (3 if name == "A" else 2) and value.shape[0] != N:
-                raise self._error(name, value, f"{N} (the trajectories of y0) as its first size")
+                raise self._shape_error(name, value, f"{N} (the trajectories of y0) as its first size")
         return torch.cat([A.expand(N, n, n).reshape(N, n * n), b.expand(N, n)], dim=-1), None, 0
 
 

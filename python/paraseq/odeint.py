@@ -75,7 +75,8 @@ def odeint(field, y0, t, method="dopri5", step_size=None, rtol=1e-7, atol=1e-9, 
     for name, value in (("rtol", rtol), ("atol", atol)):
         _real(name, value, "a finite number >= 0", lambda v: math.isfinite(v) and v >= 0)
     if not isinstance(max_steps, numbers.Integral) or isinstance(max_steps, bool):
-        raise TypeError(f"odeint: argument 'max_steps' is {max_steps!r} (a {type(max_steps).__name__}), expected an int")
+        raise TypeError(f"odeint: argument 'max_steps' is {max_steps!r} (a {type(max_steps).__name__}), "
+                        "expected an int")
     if not 1 <= max_steps <= MAX_INT32:
         raise ValueError(f"odeint: argument 'max_steps' is {max_steps}, expected 1 to 2^31 - 1")
     if torch.is_tensor(t) and t.requires_grad and torch.is_grad_enabled():

@@ -34,7 +34,8 @@ def test_python_number_parameters_are_exact_in_float64(device):
 def test_field_tensors_of_another_dtype_are_refused_not_cast(device):
     y0 = oscillator(device, torch.float32)
     k = torch.tensor([1.5, 2.0], dtype=DOUBLE, device=device)
-    with pytest.raises(TypeError, match="DampedOscillator: argument 'k' has dtype torch.float64, expected torch.float32"):
+    with pytest.raises(TypeError, match="DampedOscillator: argument 'k' has dtype torch.float64, "
+                                        "expected torch.float32"):
         odeint(fields.DampedOscillator(k, 0.1), y0, [0.0, 1.0])
     with pytest.raises(TypeError, match="Linear: argument 'A' has dtype torch.float64"):
         odeint(fields.Linear(torch.eye(2, dtype=DOUBLE, device=device)), y0, [0.0, 1.0])
@@ -84,7 +85,8 @@ def test_mlp_hidden_out_of_range_is_refused_by_the_operator(device):
 
 def test_trajectory_counts_beyond_int_are_refused_without_a_negative_size(device):
     huge = torch.zeros(1, 2, dtype=DOUBLE, device=device).expand(2**31, 2)  # no memory behind it
-    with pytest.raises(ValueError, match=r"argument 'y0' has shape \[2147483648, 2\], expected at most 2\^31 - 1") as odeint_error:
+    too_many = r"argument 'y0' has shape \[2147483648, 2\], expected at most 2\^31 - 1"
+    with pytest.raises(ValueError, match=too_many) as odeint_error:
         odeint(fields.DampedOscillator(1.0, 0.1), huge, [0.0, 1.0])
     with pytest.raises(ValueError, match=r"argument 'y0' has shape \[2147483648, 2\]") as operator_error:
         ops.odeint(**direct_args(device, y0=huge, params=huge))

@@ -59,6 +59,7 @@ def _odeint_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rt
 
 @torch.library.register_fake("paraseq::odeint_backward")
 def _odeint_backward_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps, grad_y):
-    grad_params = torch.empty_like(params) if params is not None else y0.new_empty((0,))
-    grad_shared = torch.empty_like(shared) if shared is not None else y0.new_empty((0,))
-    return torch.empty_like(y0), grad_params, grad_shared
+    # The kernel returns contiguous gradients whatever the strides of its inputs.
+    grad_params = y0.new_empty(params.shape if params is not None else (0,))
+    grad_shared = y0.new_empty(shared.shape if shared is not None else (0,))
+    return y0.new_empty(y0.shape), grad_params, grad_shared

@@ -8,74 +8,143 @@ grad: odeint's backward sends gradients to them. Scalars and [N] tensors give pe
                                                b [n] or [N, n]
     MLP(W1, b1, W2, b2)                        y' = W2 tanh(W1 y + b1) + b2; W1 [hidden, n], W2 [n, hidden],
                                                hidden <= 128
+
+A field's tensors must have the dtype and device of odeint's y0 (they are never cast); Python
+numbers are taken in y0's dtype exactly. NaN and Inf are refused, naming the field's argument
+(tensors: by odeint in eager mode, once the operator has refused them).
 """
+
+import math
+import numbers
 
 import torch
 
 
-def _per_trajectory(values, y0):
-    """[N, P]: each value (a number, a 0-d or an [N] tensor) as one column."""
-    N = y0.shape[0]
-    columns = [torch.as_tensor(value, device=y0.device).to(y0.dtype).expand(N) for value in values]
-    return torch.stack(columns, dim=-1)
-
-
 class Field:
     """A built-in field: name and state_size as the operator knows them; operands(y0) gives
-    (params [N, P] or None, shared [Q] or None, mlp_hidden)."""
+    (params [N, P] or None, shared [Q] or None, mlp_hidden) after check(y0)."""
     name = ""
     state_size = None
+
+    def named_values(self):
+        """(argument name, number or tensor) of each of the field's own arguments."""
+        raise NotImplementedError
 
     def operands(self, y0):
         raise NotImplementedError
 
+    def _tensors(self):
+        return [(name, value) for name, value in self.named_values() if torch.is_tensor(value)]
+
+    def check(self, y0):
+        """Refuses tensors of another dtype or device than y0, naming the field's argument."""
+        for name, value in self._tensors():
+            if value.dtype != y0.dtype:
+                raise TypeError(f"{type(self).__name__}: argument '{name}' has dtype {value.dtype}, expected "
+                                f"{y0.dtype} (the dtype of odeint's y0; field tensors are not cast)")
+            if value.device != y0.device:
+                raise ValueError(f"{type(self).__name__}: argument '{name}' is on device {value.device}, "
+                                 f"expected {y0.device} (the device of odeint's y0)")
+
+    def require_finite(self):
+        """Raises naming the first of the field's tensors that holds a NaN or Inf."""
+        for name, value in self._tensors():
+            if not torch.isfinite(value).all():
+                raise ValueError(f"{type(self).__name__}: argument '{name}' holds a NaN or Inf, expected finite values")
+
+    def _shape_error(self, name, tensor, expected):
+        return ValueError(f"{type(self).__name__}: argument '{name}' has shape {list(tensor.shape)}, "
+                          f"expected {expected}")
+
+
+def _checked_number_or_tensor(field, name, value):
+    if torch.is_tensor(value):
+        if not value.is_floating_point():
+            raise TypeError(f"{field}: argument '{name}' has dtype {value.dtype}, expected a floating dtype")
+        return value
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{field}: argument '{name}' is a {type(value).__name__}, expected a real number or a tensor")
+    if not math.isfinite(value):
+        raise ValueError(f"{field}: argument '{name}' is {value}, expected a finite number")
+    return value
+
 
 class _OwnParameterField(Field):
-    def __init__(self, *values):
-        self.values = values
+    """A field whose parameters are numbers, 0-d tensors or [N] tensors (one per trajectory)."""
+
+    def __init__(self, **values):
+        self.values = {name: _checked_number_or_tensor(type(self).__name__, name, value)
+                       for name, value in values.items()}
+
+    def named_values(self):
+        return list(self.values.items())
 
     def operands(self, y0):
-        return _per_trajectory(self.values, y0), None, 0
+        """params [N, P]: each value as one column in y0's dtype (Python numbers exactly, not through
+        the default dtype)."""
+        N = y0.shape[0]
+        columns = []
+        for name, value in self.values.items():
+            if not torch.is_tensor(value):
+                value = torch.tensor(value, dtype=y0.dtype, device=y0.device)
+            elif value.dim() > 1 or (value.dim() == 1 and value.shape[0] != N):
+                raise self._shape_error(name, value,
+                                        f"a number, a 0-d tensor or [N] = [{N}] (one value per trajectory of y0)")
+            columns.append(value.expand(N))
+        return torch.stack(columns, dim=-1), None, 0
 
 
 class DampedOscillator(_OwnParameterField):
     name, state_size = "damped_oscillator", 2
 
     def __init__(self, k, c):
-        super().__init__(k, c)
+        super().__init__(k=k, c=c)
 
 
 class LotkaVolterra(_OwnParameterField):
     name, state_size = "lotka_volterra", 2
 
     def __init__(self, alpha, beta, delta, gamma):
-        super().__init__(alpha, beta, delta, gamma)
+        super().__init__(alpha=alpha, beta=beta, delta=delta, gamma=gamma)
 
 
 class SIR(_OwnParameterField):
     name, state_size = "sir", 3
 
     def __init__(self, beta, gamma):
-        super().__init__(beta, gamma)
+        super().__init__(beta=beta, gamma=gamma)
+
+
+def _require_tensor(field, name, value):
+    if not torch.is_tensor(value):
+        raise TypeError(f"{field}: argument '{name}' is a {type(value).__name__}, expected a tensor")
 
 
 class Linear(Field):
     def __init__(self, A, b=None):
+        _require_tensor("Linear", "A", A)
         if A.dim() not in (2, 3) or A.shape[-1] != A.shape[-2]:
             raise ValueError(f"Linear: argument 'A' has shape {list(A.shape)}, expected [n, n] or [N, n, n]")
         n = A.shape[-1]
-        if b is not None and (b.dim() not in (1, 2) or b.shape[-1] != n):
-            raise ValueError(f"Linear: argument 'b' has shape {list(b.shape)}, expected [{n}] or [N, {n}]")
+        if b is not None:
+            _require_tensor("Linear", "b", b)
+            if b.dim() not in (1, 2) or b.shape[-1] != n:
+                raise ValueError(f"Linear: argument 'b' has shape {list(b.shape)}, expected [{n}] or [N, {n}]")
         self.A, self.b, self.state_size = A, b, n
         # Shared when neither A nor b differs between trajectories; otherwise both per trajectory.
         self.name = "linear_shared" if A.dim() == 2 and (b is None or b.dim() == 1) else "linear_own"
 
+    def named_values(self):
+        return [("A", self.A)] + ([("b", self.b)] if self.b is not None else [])
+
     def operands(self, y0):
-        n, A = self.state_size, self.A.to(y0.dtype)
-        b = self.b.to(y0.dtype) if self.b is not None else A.new_zeros(n)
+        n, N, A = self.state_size, y0.shape[0], self.A
+        b = self.b if self.b is not None else A.new_zeros(n)
         if self.name == "linear_shared":
             return None, torch.cat([A.reshape(n * n), b]), 0
-        N = y0.shape[0]
+        for name, value in self.named_values():
+            if value.dim() == (3 if name == "A" else 2) and value.shape[0] != N:
+                raise self._shape_error(name, value, f"{N} (the trajectories of y0) as its first size")
         return torch.cat([A.expand(N, n, n).reshape(N, n * n), b.expand(N, n)], dim=-1), None, 0
 
 
@@ -84,6 +153,10 @@ class MLP(Field):
     max_hidden = 128
 
     def __init__(self, W1, b1, W2, b2):
+        for name, tensor in {"W1": W1, "b1": b1, "W2": W2, "b2": b2}.items():
+            _require_tensor("MLP", name, tensor)
+        if W1.dim() != 2:
+            raise ValueError(f"MLP: argument 'W1' has shape {list(W1.shape)}, expected [hidden, n]")
         hidden, n = W1.shape
         expected = {"W1": (W1, (hidden, n)), "b1": (b1, (hidden,)), "W2": (W2, (n, hidden)), "b2": (b2, (n,))}
         for name, (tensor, shape) in expected.items():
@@ -93,5 +166,8 @@ class MLP(Field):
             raise ValueError(f"MLP: argument 'W1' has {hidden} rows (hidden units), expected 1 to {self.max_hidden}")
         self.weights, self.hidden, self.state_size = (W1, b1, W2, b2), hidden, n
 
+    def named_values(self):
+        return list(zip(("W1", "b1", "W2", "b2"), self.weights))
+
     def operands(self, y0):
-        return None, torch.cat([w.to(y0.dtype).reshape(-1) for w in self.weights]), self.hidden
+        return None, torch.cat([w.reshape(-1) for w in self.weights]), self.hidden

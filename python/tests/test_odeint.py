@@ -181,7 +181,7 @@ def test_failures_are_loud(device):
         odeint(field, y0, torch.tensor([0.0, 1.0, 1.0], device=device))
     with pytest.raises(ValueError, match="argument 'step_size'"):
         odeint(field, y0, t, step_size=-0.1)
-    with pytest.raises(TypeError, match="argument 'y0' has dtype Long"):
+    with pytest.raises(TypeError, match="argument 'y0' has dtype torch.int64"):
         odeint(field, y0.long(), t)
     with pytest.raises(ValueError, match="argument 'W1'"):
         fields.MLP(*(torch.zeros(shape, device=device) for shape in [(200, 2), (200,), (2, 200), (2,)]))

@@ -13,6 +13,7 @@
 #include <ATen/ops/einsum.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -223,7 +224,25 @@ std::tuple<at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const
 }
 
 // ---- odeint -------------------------------------------------------------------------------------
-// Gradients flow to y0, params and shared; the observation times t get none.
+// Gradients flow to y0, params and shared; the observation times t get none (paraseq.odeint refuses
+// a t that requires grad). odeint_backward has no derivative of its own: while the graph of the
+// gradient is built (create_graph=True), the gradients get an Error node whose edges lead to what
+// they depend on (the saved inputs and the incoming gradient), so that differentiating them again
+// raises instead of giving silently zero second derivatives.
+
+variable_list once_differentiable(variable_list gradients, const variable_list& depends_on) {
+  if (!at::GradMode::is_enabled() || !torch::autograd::any_variable_requires_grad(depends_on)) return gradients;
+  const auto error = c10::make_intrusive<torch::autograd::Error>(
+      "paraseq.odeint does not support double backward (a derivative of its gradient, such as a Hessian): its "
+      "backward, paraseq::odeint_backward, is not differentiable",
+      torch::autograd::collect_next_edges(depends_on));
+  for (auto& gradient : gradients)
+    if (gradient.defined()) {
+      gradient = gradient.detach();
+      torch::autograd::create_gradient_edge(gradient, error);
+    }
+  return gradients;
+}
 
 struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
   static at::Tensor forward(AutogradContext* ctx, const std::string& field, const at::Tensor& y0, const at::Tensor& t,
@@ -250,10 +269,11 @@ struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
                 optional_if(has_shared, saved[3]), data["mlp_hidden"].toInt(), data["method"].toStringRef(),
                 data["step_size"].toOptional<double>(), data["rtol"].toDouble(), data["atol"].toDouble(),
                 data["max_steps"].toInt(), grads[0].contiguous());
+    const variable_list differentiable =
+        once_differentiable({grad_y0, has_params ? grad_params : at::Tensor(), has_shared ? grad_shared : at::Tensor()},
+                            {saved[0], saved[2], saved[3], grads[0]});
     variable_list result(11);
-    result[1] = grad_y0;
-    result[3] = has_params ? grad_params : at::Tensor();
-    result[4] = has_shared ? grad_shared : at::Tensor();
+    result[1] = differentiable[0], result[3] = differentiable[1], result[4] = differentiable[2];
     return result;
   }
 };

@@ -27,6 +27,7 @@ TORCH_LIBRARY(paraseq, m) {
   // params [N, P] (own) and shared [Q] as in src/loops/fields.hpp; mlp_hidden for "mlp".
   // method: "euler", "heun", "rk4", "dopri5"; step_size fixes the steps, else euler and rk4 step on
   // the grid t and heun and dopri5 adapt with rtol and atol.
+  // t: finite and strictly increasing. Sizes, max_steps and the step count must fit in 32 bits.
   m.def("odeint(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, str method, "
         "float? step_size, float rtol, float atol, int max_steps) -> Tensor");
   // Kokkos' configuration as text, for bug reports; no tensors, so one kernel serves every device.

@@ -1,6 +1,6 @@
 // paraseq::odeint: the states at the times t, [N, len(t), n].
 #include "kernels.hpp"
-#include "odeint.hpp"
+#include "odeint_checks.hpp"
 
 namespace paraseq::torch_bridge {
 namespace {
@@ -14,7 +14,7 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
                   const std::string& method, std::optional<double> step_size, double rtol, double atol,
                   int64_t max_steps) {
   const OdeintArgs args{field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps};
-  const std::vector<double> times = check_odeint(odeint_op, args);
+  const std::vector<double> times = check_odeint_arguments(odeint_op, args);
   OdeintTensors tensors;
   tensors.y0 = prepared(y0), tensors.params = prepared_or_undefined(params), tensors.shared = prepared_or_undefined(shared);
   tensors.observed = at::empty({y0.size(0), long(times.size()), y0.size(1)}, tensors.y0.options());
@@ -23,7 +23,9 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
       integrate<decltype(f)::value, decltype(m)::value>(odeint_op, args, times, tensors);
     });
   });
-  return tensors.observed.to(y0.scalar_type());
+  const at::Tensor observed = tensors.observed.to(y0.scalar_type());
+  require_finite_when_stored(odeint_op, "the state", observed);
+  return observed;
 }
 
 } // namespace paraseq::torch_bridge

@@ -141,3 +141,18 @@ def test_non_contiguous_inputs_are_copied(device):
     A_t = A.transpose(0, 1).contiguous().transpose(0, 1)
     assert not A_t.is_contiguous()
     assert torch.equal(linear_scan(A_t, b, h0), linear_scan(A, b, h0))
+
+
+def test_python_errors_name_the_argument(device):
+    A, b, h0 = operands("diag", device, dtype=torch.float32)
+    with pytest.raises(TypeError, match="linear_scan: argument 'A' is a NoneType, expected a tensor"):
+        linear_scan(None, b)
+    with pytest.raises(TypeError, match="argument 'b' is a list"):
+        linear_scan(A, [1.0])
+    # The reverse recurrence's b is named b (the C++ core calls it g).
+    with pytest.raises(ValueError, match=r"argument 'A' has shape \[2, 36, 6\], expected \[B, T, N\] = \[2, 37, 6\]"):
+        linear_scan(A[:, 1:], b, reverse=True)
+    with pytest.raises(ValueError, match=r"argument 'b' has shape \[2, 37\], expected \[B, T, N\]"):
+        linear_scan(A, b[..., 0], reverse=True)
+    with pytest.raises(TypeError, match="argument 'A' has dtype ComplexFloat"):
+        linear_scan(A.to(torch.complex64), b.to(torch.complex64))

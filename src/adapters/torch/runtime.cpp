@@ -85,3 +85,6 @@ std::vector<double> host_values(const at::Tensor& tensor) {
 }
 
 } // namespace paraseq::torch_bridge
+  for (const int64_t size : tensor.sizes()) // the solvers index extents with int
+    TORCH_CHECK_VALUE(size <= INT_MAX, op, ": argument '", name, "' has shape ", tensor.sizes(),
+                      ", expected every dimension at most 2147483647 (2^31 - 1)");

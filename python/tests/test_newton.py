@@ -197,6 +197,36 @@ def test_errors_name_the_argument(device):
         torch.ops.paraseq.para_gru(u, a, None, 3, 1.5, None, None, 0, False, "auto", False)
 
 
+# ---- second derivatives ---------------------------------------------------------------------------
+
+def newton_operators(device):
+    """(name, fn, inputs) of both Newton operators in double, every tensor requiring grad."""
+    rand = lambda *shape: (torch.rand(*shape, dtype=torch.float64, device=device) - 0.5).requires_grad_()
+    u, a, p, h0, s0 = rand(2, 5, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
+    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "newton", False)[0]
+    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, 8, 1.0, None, None, 0, False, "newton",
+                                                           False)[0]
+    return [("para_gru", gru, (u, a, h0)), ("para_lstm", lstm, (u, a, p, s0))]
+
+
+def test_second_derivatives_raise_instead_of_being_zero(device):
+    for name, fn, inputs in newton_operators(device):
+        with pytest.raises(NotImplementedError, match=f"paraseq::{name}_backward is not differentiable"):
+            torch.autograd.gradgradcheck(fn, inputs)
+
+
+def test_create_graph_keeps_exact_first_derivatives(device):
+    """A gradient penalty's first step: create_graph=True gives the plain gradient, and only
+    differentiating that gradient raises."""
+    cell = ParaGRU(3, 4, config=NewtonConfig(max_iters=6)).to(device, torch.float64)
+    x = small_inputs(cell, B=2, T=10).requires_grad_()
+    plain, = torch.autograd.grad(cell(x).square().sum(), x)
+    graph, = torch.autograd.grad(cell(x).square().sum(), x, create_graph=True)
+    assert torch.equal(plain, graph.detach()) and graph.requires_grad
+    with pytest.raises(NotImplementedError, match="second derivatives of paraseq::para_gru"):
+        graph.square().sum().backward()
+
+
 # ---- AMP ------------------------------------------------------------------------------------------
 
 def cpu_autocast_dtypes():
@@ -391,3 +421,18 @@ def test_sizes_of_2_31_are_refused_before_any_copy(device):
     assert "-2147483648" not in str(raised.value)
 
 
+# ---- dynamic shapes -------------------------------------------------------------------------------
+
+def test_dynamic_shapes_compile_once_with_gradients(device):
+    cell = ParaGRU(3, 4).to(device)
+    loss = torch.compile(lambda z: newton_apply(cell, z, compile_safe_config()).square().sum(), fullgraph=True,
+                         dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        # The first shape's sizes differ from the fixed ones: dynamo gives equal sizes one symbol.
+        for B, T in [(5, 11), (3, 7), (4, 9), (2, 5), (2, 13), (3, 17), (6, 19), (7, 23), (2, 29), (8, 31),
+                     (9, 37), (10, 41)]:
+            x = torch.randn(B, T, 3, device=device, requires_grad=True)
+            compiled, = torch.autograd.grad(loss(x), x)
+            eager, = torch.autograd.grad(newton_apply(cell, x, compile_safe_config()).square().sum(), x)
+            torch.testing.assert_close(compiled, eager)

@@ -143,6 +143,19 @@ def test_non_contiguous_inputs_are_copied(device):
     assert torch.equal(linear_scan(A_t, b, h0), linear_scan(A, b, h0))
 
 
+@pytest.mark.parametrize("layout", ["transposed", "expanded"])
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_opcheck_on_strided_inputs(device, structure, reverse, layout):
+    A, b, h0 = operands(structure, device, T=9, N=4, k=2, dtype=torch.float32)
+    if layout == "transposed":
+        view = lambda t: t.transpose(0, 1).contiguous().transpose(0, 1)
+    else:
+        view = lambda t: t[:1].expand(t.shape)
+    args = (view(A.requires_grad_()), view(b.requires_grad_()), None if reverse else view(h0), structure, reverse)
+    assert not args[0].is_contiguous()
+    torch.library.opcheck(torch.ops.paraseq.linear_scan, args)
+
+
 @pytest.mark.parametrize("structure", ["diag", "block", "dense"])
 def test_dynamic_shapes_compile_once_with_gradients(device, structure):
     def loss(A, b, h0):

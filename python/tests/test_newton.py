@@ -421,6 +421,30 @@ def test_sizes_of_2_31_are_refused_before_any_copy(device):
     assert "-2147483648" not in str(raised.value)
 
 
+# ---- opcheck on strided inputs --------------------------------------------------------------------
+
+def strided(tensor, layout):
+    """tensor's values in a transposed (non-contiguous) or an expanded (stride 0 along dim 0) layout."""
+    if layout == "transposed":
+        return tensor.transpose(0, -1).contiguous().transpose(0, -1)
+    return tensor[:1].expand(tensor.shape)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "expanded"])
+def test_opcheck_on_strided_inputs(device, layout):
+    """The fake kernels' outputs have the kernels' (contiguous) strides whatever the inputs' layout.
+    The backward operators get inputs without grad: they are not differentiable."""
+    rand = lambda *shape, grad=False: strided((torch.rand(*shape, device=device) - 0.5).requires_grad_(grad), layout)
+    u, a, p, h0, s0 = rand(2, 7, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
+    settings = (3, 1.0, None, None, 0, False, "auto", True)
+    torch.library.opcheck(torch.ops.paraseq.para_gru, (rand(2, 7, 9, grad=True), rand(3, 3, grad=True), h0, *settings))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, rand(3, 3, grad=True), rand(2, 3, grad=True), s0, *settings))
+    h = torch.ops.paraseq.para_gru(u, a, h0, *settings)[0]
+    state = torch.ops.paraseq.para_lstm(u, a, p, s0, *settings)[0]
+    torch.library.opcheck(torch.ops.paraseq.para_gru_backward, (u, a, h0, strided(h, layout), rand(2, 7, 3)))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm_backward, (u, a, p, s0, strided(state, layout), rand(2, 7, 6)))
+
+
 # ---- dynamic shapes -------------------------------------------------------------------------------
 
 def test_dynamic_shapes_compile_once_with_gradients(device):

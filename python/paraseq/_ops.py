@@ -12,11 +12,17 @@ from . import _library  # noqa: F401  (loads the operators before they are regis
 ops = torch.ops.paraseq
 
 
+def _contiguous_like(tensor):
+    """A contiguous tensor of tensor's shape, dtype and device: the kernels' outputs are contiguous
+    whatever the strides of their inputs (transposed, expanded)."""
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
 # ---- linear_scan ----------------------------------------------------------------------------------
 
 @torch.library.register_fake("paraseq::linear_scan")
 def _linear_scan_fake(A, b, h0, structure, reverse):
-    return torch.empty_like(b, memory_format=torch.contiguous_format)
+    return _contiguous_like(b)
 
 
 # ---- ParaGRU / ParaLSTM Newton solves -------------------------------------------------------------
@@ -41,13 +47,13 @@ def _para_lstm_fake(u, a, p, state0, max_iters, omega, residual_atol, residual_f
 
 @torch.library.register_fake("paraseq::para_gru_backward")
 def _para_gru_backward_fake(u, a, h0, h, grad_h):
-    return torch.empty_like(u), torch.empty_like(a), h.new_empty((h.shape[0], h.shape[2]))
+    return _contiguous_like(u), _contiguous_like(a), u.new_empty((h.shape[0], h.shape[2]))
 
 
 @torch.library.register_fake("paraseq::para_lstm_backward")
 def _para_lstm_backward_fake(u, a, p, state0, state, grad_state):
-    return (torch.empty_like(u), torch.empty_like(a), torch.empty_like(p),
-            state.new_empty((state.shape[0], state.shape[2])))
+    return (_contiguous_like(u), _contiguous_like(a), _contiguous_like(p),
+            u.new_empty((state.shape[0], state.shape[2])))
 
 
 # ---- odeint ---------------------------------------------------------------------------------------

@@ -10,43 +10,99 @@ from torch import nn
 
 from ._ops import ops
 
-SCAN_BACKENDS = ("auto", "fused", "scan", "sequential")
+# The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
+# keyword), and the former Python name "scan" of "newton", still accepted.
+SCAN_BACKENDS = ("auto", "newton", "fused", "sequential")
+SCAN_BACKEND_ALIASES = {"scan": "newton", "automatic": "auto"}
+INT_SETTING_MAX = 2 ** 31 - 1  # the C++ NewtonConfig holds its counts as int
+DEFAULT_RESIDUAL_FAIL = 1e-3
+
+
+def _check_count(function, name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT_SETTING_MAX:
+        raise (ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError)(
+            f"{function}: argument '{name}' is {value!r}, expected an int with 0 <= {name} <= {INT_SETTING_MAX} (2^31 - 1)")
+
+
+def _check_threshold(name, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"NewtonConfig: argument '{name}' is {value!r}, expected None or a number >= 0")
+    if not value >= 0:
+        raise ValueError(f"NewtonConfig: argument '{name}' is {value!r}, expected None or a number >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
 class NewtonConfig:
     """How the Newton solve runs (docs/solvers.md, "Configuration").
 
-    scan_backend: "auto" (the measured rule), "fused" (one kernel, windows on chip), "scan" (one
-    ordered scan per iteration) or "sequential" (the loop over t). residual_atol, residual_fail and
-    picard_adapt read the residual on the host: they are eager-only and ignored while
-    torch.compiler.is_compiling().
+    scan_backend: "auto" (the measured rule), "newton" (one ordered scan per iteration; "scan" is
+    its former name and still accepted), "fused" (one kernel, windows on chip) or "sequential" (the
+    loop over t). residual_fail (default 1e-3): in eager mode a solve whose max |F| exceeds it or is
+    not finite raises NewtonDivergenceError; None accepts every result unchecked. residual_atol,
+    residual_fail and picard_adapt read the residual on the host: they are eager-only and ignored
+    while torch.compiler.is_compiling().
     """
     max_iters: int = 3
     omega: float = 1.0
     residual_atol: Optional[float] = None
-    residual_fail: Optional[float] = None
+    residual_fail: Optional[float] = DEFAULT_RESIDUAL_FAIL
     picard_iters: int = 0
     picard_adapt: bool = False
     scan_backend: str = "auto"
 
     def __post_init__(self):
-        if self.scan_backend not in SCAN_BACKENDS:
+        _check_count("NewtonConfig", "max_iters", self.max_iters)
+        _check_count("NewtonConfig", "picard_iters", self.picard_iters)
+        if isinstance(self.omega, bool) or not isinstance(self.omega, (int, float)) or not 0 < self.omega <= 1:
+            raise (ValueError if isinstance(self.omega, (int, float)) else TypeError)(
+                f"NewtonConfig: argument 'omega' is {self.omega!r}, expected a number with 0 < omega <= 1")
+        _check_threshold("residual_atol", self.residual_atol)
+        _check_threshold("residual_fail", self.residual_fail)
+        if not isinstance(self.picard_adapt, bool):
+            raise TypeError(f"NewtonConfig: argument 'picard_adapt' is {self.picard_adapt!r}, expected True or False")
+        backend = SCAN_BACKEND_ALIASES.get(self.scan_backend, self.scan_backend)
+        if backend not in SCAN_BACKENDS:
             raise ValueError(f"NewtonConfig: argument 'scan_backend' is {self.scan_backend!r}, "
-                             f"expected one of {', '.join(map(repr, SCAN_BACKENDS))}")
+                             f"expected one of {', '.join(map(repr, SCAN_BACKENDS))} ('scan' is the former name "
+                             "of 'newton')")
+        object.__setattr__(self, "scan_backend", backend)
 
 
-def compile_safe_config(scan_backend="auto", max_iters=3):
-    """A fixed iteration count and no residual check: no host synchronisation, one graph."""
-    return NewtonConfig(max_iters=max_iters, scan_backend=scan_backend)
+def compile_safe_config(max_iters=3, *, scan_backend="auto"):
+    """A fixed iteration count and no residual check: no host synchronisation, one graph.
+
+    The C++ compile_safe_config(K) with the mode as a keyword; residual_fail is None, so an eager
+    call does not check the result either (read it with return_stats=True).
+    """
+    if isinstance(max_iters, str):
+        raise TypeError(f"compile_safe_config: argument 'max_iters' is {max_iters!r}, expected an int "
+                        f"(the scan backend is a keyword: compile_safe_config(scan_backend={max_iters!r}))")
+    _check_count("compile_safe_config", "max_iters", max_iters)
+    return NewtonConfig(max_iters=max_iters, residual_fail=None, scan_backend=scan_backend)
 
 
 class NewtonDivergenceError(RuntimeError):
-    """max |F| exceeded NewtonConfig.residual_fail after the last iteration (or was not finite)."""
+    """The solve's max |F| exceeded NewtonConfig.residual_fail after the last iteration, or was not finite.
+
+    residual: [B] float64 tensor, max over t and channels of |F_t(h)| per batch element (None when
+    the C++ solver raised it itself, as with picard_adapt); residual_fail: the threshold.
+    """
+
+    def __init__(self, message, residual=None, residual_fail=None):
+        super().__init__(message)
+        self.residual, self.residual_fail = residual, residual_fail
 
 
 class NewtonStats(NamedTuple):
     residual: torch.Tensor  # [B], float64: max over t and channels of |F_t(h)| at the result
+
+
+def _check_size(module, name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise (ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError)(
+            f"{module}: argument '{name}' is {value!r}, expected an int >= 1")
 
 
 def _init_uniform(tensor, hidden_size):
@@ -61,6 +117,8 @@ class ParaGRU(nn.Module):
 
     def __init__(self, input_size, hidden_size, bias=True, config=None):
         super().__init__()
+        _check_size("ParaGRU", "input_size", input_size)
+        _check_size("ParaGRU", "hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.in_proj = nn.Linear(input_size, 3 * hidden_size, bias=bias)
         self.recurrent = nn.Parameter(torch.empty(3, hidden_size))
@@ -93,6 +151,8 @@ class ParaLSTM(nn.Module):
 
     def __init__(self, input_size, hidden_size, config=None):
         super().__init__()
+        _check_size("ParaLSTM", "input_size", input_size)
+        _check_size("ParaLSTM", "hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.in_proj = nn.Linear(input_size, 3 * hidden_size)
         self.recurrent = nn.Parameter(torch.empty(3, hidden_size))
@@ -122,38 +182,147 @@ class ParaLSTM(nn.Module):
         return (h_all, c_all) if return_cell_state else h_all
 
 
+class _ProjectionWithoutAutocast(torch.autograd.Function):
+    """u = x W^T + bias with autocast off in the forward and in the backward: under an outer
+    autocast, the backward's matmuls would otherwise run in its lower precision (the backward runs
+    with the autocast state of the call to backward, not of the forward)."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return F.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad_u):
+        x, weight = ctx.saved_tensors
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            grad_x = grad_u @ weight if ctx.needs_input_grad[0] else None
+            grad_weight = grad_u.flatten(0, -2).T @ x.flatten(0, -2) if ctx.needs_input_grad[1] else None
+            grad_bias = grad_u.flatten(0, -2).sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+def _projection(cell, x):
+    """cell.in_proj(x) in the module's dtype, outside any autocast region (forward and backward)."""
+    x = x.to(cell.in_proj.weight.dtype)
+    if torch.is_autocast_enabled(x.device.type):
+        return _ProjectionWithoutAutocast.apply(x, cell.in_proj.weight, cell.in_proj.bias)
+    return F.linear(x, cell.in_proj.weight, cell.in_proj.bias)  # no autocast: the plain (cheaper) node
+
+
+def _check_parameter(cell, name, tensor, shape):
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"newton_apply: argument 'cell' has {name} of shape {list(tensor.shape)}, expected "
+                         f"{list(shape)} (from input_size = {cell.input_size}, hidden_size = {cell.hidden_size})")
+
+
+def _check_initial_state(name, tensor, x, cell):
+    expected = [x.shape[0], cell.hidden_size]
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"newton_apply: argument '{name}' is a {type(tensor).__name__}, expected a tensor {expected} "
+                        "([B, hidden_size])")
+    if list(tensor.shape) != expected:
+        raise ValueError(f"newton_apply: argument '{name}' has shape {list(tensor.shape)}, expected {expected} "
+                         "([B, hidden_size])")
+    dtype = cell.recurrent.dtype
+    if tensor.dtype != dtype:
+        raise TypeError(f"newton_apply: argument '{name}' has dtype {tensor.dtype}, expected {dtype} (the module's dtype)")
+
+
+def _initial_state(cell, x, h0):
+    """h0 as the operator takes it: [B, H] for ParaGRU, (h0, c0) interleaved as [B, 2H] for ParaLSTM."""
+    if h0 is None:
+        return None
+    if isinstance(cell, ParaGRU):
+        _check_initial_state("h0", h0, x, cell)
+        return h0
+    if not isinstance(h0, (tuple, list)) or len(h0) != 2:
+        raise TypeError(f"newton_apply: argument 'h0' is a {type(h0).__name__}, expected a pair (h0, c0) of tensors "
+                        f"[B, hidden_size] for a ParaLSTM")
+    _check_initial_state("h0[0] (h0)", h0[0], x, cell)
+    _check_initial_state("h0[1] (c0)", h0[1], x, cell)
+    return torch.stack([h0[1], h0[0]], dim=-1).flatten(1)  # channels (c, h)
+
+
+def _divergence(residual, residual_fail, iterations):
+    """The NewtonDivergenceError of a solve whose residual is not finite or exceeds residual_fail, else None."""
+    failed = ~(residual <= residual_fail)
+    if not failed.any():
+        return None
+    worst = residual.max().item()  # NaN when any is
+    return NewtonDivergenceError(
+        f"newton_apply: the Newton solve did not converge: max |F| = {worst:.3g} with max_iters = {iterations} "
+        f"(batch elements {failed.nonzero().flatten().tolist()}), expected <= residual_fail = {residual_fail:g}. "
+        "A NaN in x or in the parameters makes the residual non-finite. Raise max_iters or picard_iters, or pass "
+        "NewtonConfig(residual_fail=None) to accept the result unchecked", residual, residual_fail)
+
+
 def newton_apply(cell, x, cfg=None, h0=None, return_stats=False, return_cell_state=False):
     """Solves the cell's recurrence over x [B, T, input_size] for all t at once; returns h [B, T, H].
 
     ParaLSTM: h0 is a pair (h0, c0) of [B, H]; return_cell_state=True returns (h, c). return_stats
-    appends NewtonStats. Outer autocast is disabled inside: the projection and the solve run in the
-    module's dtype (x is converted to it); float16/bfloat16 are stored as such and computed in float32.
+    appends NewtonStats. In eager mode, cfg.residual_fail (default 1e-3) refuses a diverged or
+    non-finite solve with NewtonDivergenceError; compiled graphs run the fixed cfg.max_iters and
+    report the residual only in the stats. Outer autocast is disabled inside, in the forward and the
+    backward: the projection and the solve run in the module's dtype (x, floating point, is
+    converted to it); float16/bfloat16 are stored as such and computed in float32.
     """
-    cfg = cfg if cfg is not None else cell.config
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
-        raise TypeError(f"newton_apply: argument 'cell' is a {type(cell).__name__}, expected ParaGRU or ParaLSTM")
+        raise TypeError(f"newton_apply: argument 'cell' is a {type(cell).__module__}.{type(cell).__name__}, expected "
+                        "a paraseq.ParaGRU or paraseq.ParaLSTM (torch.nn.GRU and LSTM have other gates)")
+    cfg = cfg if cfg is not None else cell.config
+    if not isinstance(cfg, NewtonConfig):
+        raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"newton_apply: argument 'x' is a {type(x).__name__}, expected a tensor "
+                        f"[B, T, {cell.input_size}] ([B, T, input_size])")
+    if not x.is_floating_point():
+        raise TypeError(f"newton_apply: argument 'x' has dtype {x.dtype}, expected a floating-point dtype "
+                        f"(it is converted to the module's dtype, {cell.recurrent.dtype})")
     if x.dim() != 3 or x.shape[-1] != cell.input_size:
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, "
                          f"expected [B, T, {cell.input_size}] ([B, T, input_size])")
+    if return_cell_state and isinstance(cell, ParaGRU):
+        raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaGRU, which has no cell state")
+    H = cell.hidden_size
+    _check_parameter(cell, "in_proj.weight", cell.in_proj.weight, (3 * H, cell.input_size))
+    _check_parameter(cell, "recurrent", cell.recurrent, (3, H))
+    if isinstance(cell, ParaLSTM):
+        _check_parameter(cell, "peephole", cell.peephole, (2, H))
+    state0 = _initial_state(cell, x, h0)
     eager = not torch.compiler.is_compiling()
-    settings = (cfg.max_iters, cfg.omega, cfg.residual_atol if eager else None, cfg.residual_fail if eager else None,
-                cfg.picard_iters, cfg.picard_adapt and eager, cfg.scan_backend, return_stats)
+    # The divergence check is made here, on the residual the operator returns, unless picard_adapt
+    # needs the threshold inside the solve (it retries with more Picard sweeps on a failure).
+    residual_fail = cfg.residual_fail if eager else None
+    check_here = residual_fail is not None and not cfg.picard_adapt
+    settings = (cfg.max_iters, cfg.omega, cfg.residual_atol if eager else None, None if check_here else residual_fail,
+                cfg.picard_iters, cfg.picard_adapt and eager, cfg.scan_backend, return_stats or check_here)
+    u = _projection(cell, x)
     with torch.autocast(device_type=x.device.type, enabled=False):
-        u = F.linear(x.to(cell.in_proj.weight.dtype), cell.in_proj.weight, cell.in_proj.bias)
         if isinstance(cell, ParaGRU):
-            solve = lambda: ops.para_gru(u, cell.recurrent, h0, *settings)
+            solve = lambda: ops.para_gru(u, cell.recurrent, state0, *settings)
         else:
-            state0 = None if h0 is None else torch.stack([h0[1], h0[0]], dim=-1).flatten(1)  # channels (c, h)
             solve = lambda: ops.para_lstm(u, cell.recurrent, cell.peephole, state0, *settings)
-        if eager:
+        if eager and residual_fail is not None and not check_here:
             try:
                 state, residual = solve()
-            except RuntimeError as error:
+            except RuntimeError as error:  # the C++ solver's NewtonDivergenceError after picard_adapt's retries
                 if "NewtonDivergenceError" in str(error):
-                    raise NewtonDivergenceError(str(error).split("NewtonDivergenceError: ", 1)[-1]) from None
+                    raise NewtonDivergenceError(str(error).split("NewtonDivergenceError: ", 1)[-1],
+                                                residual_fail=residual_fail) from None
                 raise
         else:
             state, residual = solve()
+    if check_here:
+        error = _divergence(residual, residual_fail, cfg.max_iters)
+        if error is not None:
+            raise error
     if isinstance(cell, ParaGRU):
         result = state
     else:

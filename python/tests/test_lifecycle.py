@@ -65,3 +65,45 @@ def test_info_reports_the_operators(device):
     assert device.upper() in kernels  # "CPU" or "CUDA"
     # Kokkos' own configuration report: its version and the backend the operators run on.
     assert "Kokkos Version:" in result.stdout and "Default Device:" in result.stdout
+
+
+# argv[1]: the device. Runs an operator, then forks: the children must fail fast with a message
+# naming spawn and forkserver (GNU OpenMP would hang), and a spawn pool must still work.
+FORK = """
+import multiprocessing, os, sys, torch, paraseq
+
+def scan(device):
+    return paraseq.linear_scan(torch.full((1, 4, 2), 0.5, device=device), torch.ones(1, 4, 2, device=device)).cpu()
+
+if __name__ == "__main__":
+    device = sys.argv[1]
+    expected = scan(device)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            scan(device)
+            os._exit(3)
+        except RuntimeError as error:
+            os._exit(0 if "'spawn' or 'forkserver'" in str(error) else 4)
+    _, status = os.waitpid(pid, 0)
+    print("os.fork child exit:", os.waitstatus_to_exitcode(status))
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        try:
+            pool.apply(scan, ("cpu",))
+            print("fork pool: ran")
+        except RuntimeError as error:
+            print("fork pool: refused" if "forked" in str(error) else f"fork pool: {error}")
+    for method in ("spawn", "forkserver"):
+        with multiprocessing.get_context(method).Pool(1) as pool:
+            print(f"{method} pool:", "equal" if torch.equal(pool.apply(scan, (device,)), expected) else "differs")
+"""
+
+
+def test_a_forked_child_is_refused_clearly_and_spawn_works(device, tmp_path):
+    script = tmp_path / "fork_after_use.py"
+    script.write_text(FORK)
+    result = subprocess.run([sys.executable, str(script), device], capture_output=True, text=True, timeout=180,
+                            env=os.environ.copy(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:4] == ["os.fork child exit: 0", "fork pool: refused", "spawn pool: equal",
+                                            "forkserver pool: equal"], result.stdout

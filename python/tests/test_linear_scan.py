@@ -141,3 +141,49 @@ def test_non_contiguous_inputs_are_copied(device):
     A_t = A.transpose(0, 1).contiguous().transpose(0, 1)
     assert not A_t.is_contiguous()
     assert torch.equal(linear_scan(A_t, b, h0), linear_scan(A, b, h0))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "expanded"])
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_opcheck_on_strided_inputs(device, structure, reverse, layout):
+    A, b, h0 = operands(structure, device, T=9, N=4, k=2, dtype=torch.float32)
+    if layout == "transposed":
+        view = lambda t: t.transpose(0, 1).contiguous().transpose(0, 1)
+    else:
+        view = lambda t: t[:1].expand(t.shape)
+    args = (view(A.requires_grad_()), view(b.requires_grad_()), None if reverse else view(h0), structure, reverse)
+    assert not args[0].is_contiguous()
+    torch.library.opcheck(torch.ops.paraseq.linear_scan, args)
+
+
+@pytest.mark.parametrize("structure", ["diag", "block", "dense"])
+def test_dynamic_shapes_compile_once_with_gradients(device, structure):
+    def loss(A, b, h0):
+        return linear_scan(A, b, h0, structure).square().sum()
+    compiled = torch.compile(loss, fullgraph=True, dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        # The first shape's sizes differ from the fixed ones: dynamo gives equal sizes one symbol.
+        for B, T in [(5, 11), (3, 7), (4, 9), (2, 5), (2, 13), (3, 17), (6, 19), (7, 23), (2, 29), (8, 31),
+                     (9, 37), (10, 41)]:
+            A, b, h0 = operands(structure, device, B=B, T=T, N=4, k=2, dtype=torch.float32)
+            inputs = (A.requires_grad_(), b.requires_grad_(), h0.requires_grad_())
+            got = torch.autograd.grad(compiled(*inputs), inputs)
+            expected = torch.autograd.grad(loss(*inputs), inputs)
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g, e)
+
+
+def test_python_errors_name_the_argument(device):
+    A, b, h0 = operands("diag", device, dtype=torch.float32)
+    with pytest.raises(TypeError, match="linear_scan: argument 'A' is a NoneType, expected a tensor"):
+        linear_scan(None, b)
+    with pytest.raises(TypeError, match="argument 'b' is a list"):
+        linear_scan(A, [1.0])
+    # The reverse recurrence's b is named b (the C++ core calls it g).
+    with pytest.raises(ValueError, match=r"argument 'A' has shape \[2, 36, 6\], expected \[B, T, N\] = \[2, 37, 6\]"):
+        linear_scan(A[:, 1:], b, reverse=True)
+    with pytest.raises(ValueError, match=r"argument 'b' has shape \[2, 37\], expected \[B, T, N\]"):
+        linear_scan(A, b[..., 0], reverse=True)
+    with pytest.raises(TypeError, match="argument 'A' has dtype ComplexFloat"):
+        linear_scan(A.to(torch.complex64), b.to(torch.complex64))

@@ -37,7 +37,7 @@ def lstm_loop(cell, x):
     return torch.stack(hs, 1), torch.stack(cs, 1)
 
 
-BACKENDS = ["auto", "fused", "scan", "sequential"]
+BACKENDS = ["auto", "fused", "newton", "sequential"]
 
 
 def small_inputs(cell, B=3, T=50):
@@ -82,7 +82,7 @@ def test_gradcheck_ops_in_double(device):
     u = (torch.rand(2, 7, 9, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     a = (torch.rand(3, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     h0 = (torch.rand(2, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
-    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "scan", False)[0]
+    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "newton", False)[0]
     assert torch.autograd.gradcheck(gru, (u, a, h0))
     p = (torch.rand(2, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     s0 = (torch.rand(2, 6, dtype=torch.float64, device=device) - 0.5).requires_grad_()
@@ -172,11 +172,11 @@ def test_grad_scaler_step(device):
 def test_residual_checks_and_stats(device):
     cell = ParaGRU(4, 6).to(device, torch.float64)
     x = small_inputs(cell)
-    h, stats = newton_apply(cell, x, NewtonConfig(max_iters=4, scan_backend="scan"), return_stats=True)
+    h, stats = newton_apply(cell, x, NewtonConfig(max_iters=4, scan_backend="newton"), return_stats=True)
     assert stats.residual.shape == (3,) and stats.residual.max() <= 1e-10
     with pytest.raises(NewtonDivergenceError, match="did not converge"):
-        newton_apply(cell, 20 * x, NewtonConfig(max_iters=1, residual_fail=1e-12, scan_backend="scan"))
-    early = newton_apply(cell, x, NewtonConfig(max_iters=50, residual_atol=1e-12, scan_backend="scan"))
+        newton_apply(cell, 20 * x, NewtonConfig(max_iters=1, residual_fail=1e-12, scan_backend="newton"))
+    early = newton_apply(cell, x, NewtonConfig(max_iters=50, residual_atol=1e-12, scan_backend="newton"))
     assert (early - gru_loop(cell, x)).abs().max() <= 1e-10
 
 
@@ -193,5 +193,270 @@ def test_errors_name_the_argument(device):
         torch.ops.paraseq.para_gru(u, a.double(), None, 3, 1.0, None, None, 0, False, "auto", False)
     with pytest.raises(ValueError, match="argument 'h0' has shape"):
         torch.ops.paraseq.para_gru(u, a, torch.zeros(2, 5, device=device), 3, 1.0, None, None, 0, False, "auto", False)
-    with pytest.raises(ValueError, match="config.omega"):
+    with pytest.raises(ValueError, match="argument 'omega' is 1.5"):
         torch.ops.paraseq.para_gru(u, a, None, 3, 1.5, None, None, 0, False, "auto", False)
+
+
+# ---- second derivatives ---------------------------------------------------------------------------
+
+def newton_operators(device):
+    """(name, fn, inputs) of both Newton operators in double, every tensor requiring grad."""
+    rand = lambda *shape: (torch.rand(*shape, dtype=torch.float64, device=device) - 0.5).requires_grad_()
+    u, a, p, h0, s0 = rand(2, 5, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
+    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "newton", False)[0]
+    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, 8, 1.0, None, None, 0, False, "newton",
+                                                           False)[0]
+    return [("para_gru", gru, (u, a, h0)), ("para_lstm", lstm, (u, a, p, s0))]
+
+
+def test_second_derivatives_raise_instead_of_being_zero(device):
+    for name, fn, inputs in newton_operators(device):
+        with pytest.raises(NotImplementedError, match=f"paraseq::{name}_backward is not differentiable"):
+            torch.autograd.gradgradcheck(fn, inputs)
+
+
+def test_create_graph_keeps_exact_first_derivatives(device):
+    """A gradient penalty's first step: create_graph=True gives the plain gradient, and only
+    differentiating that gradient raises."""
+    cell = ParaGRU(3, 4, config=NewtonConfig(max_iters=6)).to(device, torch.float64)
+    x = small_inputs(cell, B=2, T=10).requires_grad_()
+    plain, = torch.autograd.grad(cell(x).square().sum(), x)
+    graph, = torch.autograd.grad(cell(x).square().sum(), x, create_graph=True)
+    assert torch.equal(plain, graph.detach()) and graph.requires_grad
+    with pytest.raises(NotImplementedError, match="second derivatives of paraseq::para_gru"):
+        graph.square().sum().backward()
+
+
+# ---- AMP ------------------------------------------------------------------------------------------
+
+def cpu_autocast_dtypes():
+    dtypes = [torch.bfloat16]
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            dtypes.append(torch.float16)
+    except (RuntimeError, AssertionError):  # torch builds whose CPU autocast has no float16
+        pass
+    return dtypes
+
+
+@pytest.mark.parametrize("dtype", cpu_autocast_dtypes())
+@pytest.mark.parametrize("module", [ParaGRU, ParaLSTM])
+def test_gradients_inside_autocast_equal_float32_gradients(device, module, dtype):
+    """pararnn's test_autocast pattern: forward and backward inside autocast, a float32 module."""
+    cell = module(8, 16).to(device)
+    x = torch.randn(2, 20, 8, device=device, requires_grad=True)
+    weight = torch.randn(2, 20, 16, device=device)
+
+    def gradients():
+        return torch.autograd.grad((cell(x) * weight).sum(), [x, *cell.parameters()])
+    expected = gradients()
+    with torch.autocast(device, dtype=dtype):
+        inside = gradients()
+    for got, want in zip(inside, expected):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# ---- configuration names --------------------------------------------------------------------------
+
+def test_compile_safe_config_takes_the_iteration_count_first_as_in_cpp():
+    assert compile_safe_config(5) == NewtonConfig(max_iters=5, residual_fail=None)
+    assert compile_safe_config().max_iters == 3 and compile_safe_config(scan_backend="fused").scan_backend == "fused"
+    with pytest.raises(TypeError, match="compile_safe_config: argument 'max_iters' is 'auto'.*scan_backend='auto'"):
+        compile_safe_config("auto")
+
+
+def test_mode_names_are_the_cpp_ones_and_the_former_ones_still_work(device):
+    assert NewtonConfig(scan_backend="scan").scan_backend == "newton"
+    assert NewtonConfig(scan_backend="automatic").scan_backend == "auto"
+    u, a = torch.rand(2, 6, 9, device=device) - 0.5, torch.rand(3, 3, device=device) - 0.5
+    solve = lambda name: torch.ops.paraseq.para_gru(u, a, None, 3, 1.0, None, None, 0, False, name, False)[0]
+    assert torch.equal(solve("newton"), solve("scan")) and torch.equal(solve("auto"), solve("automatic"))
+    with pytest.raises(ValueError, match="expected \"auto\", \"newton\", \"fused\" or \"sequential\""):
+        solve("gpu")
+
+
+# ---- divergence -----------------------------------------------------------------------------------
+
+def stiff_gru(device):
+    """Recurrent weights of +-50: three Newton iterations from the default guess diverge (in the
+    newton mode; the automatic one may choose the exact sequential loop)."""
+    cell = ParaGRU(4, 8, config=NewtonConfig(scan_backend="newton")).to(device)
+    with torch.no_grad():
+        cell.recurrent.copy_(50 * torch.randn(3, 8).sign())
+    return cell, torch.randn(4, 64, 4, device=device)
+
+
+def test_a_diverged_solve_is_refused_by_default(device):
+    cell, x = stiff_gru(device)
+    with pytest.raises(NewtonDivergenceError, match="did not converge") as raised:
+        cell(x)
+    assert raised.value.residual.shape == (4,) and raised.value.residual.dtype == torch.float64
+    assert raised.value.residual_fail == NewtonConfig().residual_fail
+    assert not (raised.value.residual <= NewtonConfig().residual_fail).all()
+    # Opted out, the unchecked result comes back, with the residual that would have refused it.
+    h, stats = newton_apply(cell, x, NewtonConfig(residual_fail=None, scan_backend="newton"), return_stats=True)
+    assert torch.equal(stats.residual, raised.value.residual) and h.abs().max() > 1
+
+
+def test_a_nan_input_is_refused_by_default(device):
+    cell = ParaGRU(4, 8).to(device)
+    x = torch.randn(2, 16, 4, device=device)
+    x[1, 5, 0] = float("nan")
+    with pytest.raises(NewtonDivergenceError, match=r"max \|F\| = (inf|nan).*batch elements \[1\]") as raised:
+        cell(x)
+    assert raised.value.residual[0] <= 1e-5 and not raised.value.residual[1].isfinite()
+
+
+def test_compiled_solves_keep_their_fixed_iterations_and_report_the_residual(device):
+    cell, x = stiff_gru(device)
+    step = torch.compile(lambda z: newton_apply(cell, z, return_stats=True), fullgraph=True)
+    h, stats = step(x)
+    eager, eager_stats = newton_apply(cell, x, NewtonConfig(residual_fail=None, scan_backend="newton"),
+                                      return_stats=True)
+    assert torch.equal(h, eager) and torch.equal(stats.residual, eager_stats.residual)
+    assert stats.residual.max() > NewtonConfig().residual_fail
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+class NotACell(torch.nn.Module):
+    pass
+
+
+def test_python_api_errors_name_the_argument(device):
+    gru, lstm = ParaGRU(4, 6).to(device), ParaLSTM(4, 6).to(device)
+    x = torch.randn(2, 5, 4, device=device)
+    cases = [
+        (lambda: newton_apply(NotACell(), x), TypeError, "argument 'cell' is a .*NotACell, expected a paraseq.ParaGRU"),
+        (lambda: newton_apply(torch.nn.GRU(4, 6), x), TypeError, "argument 'cell' is a torch.nn.modules.rnn.GRU"),
+        (lambda: newton_apply(gru, None), TypeError, "argument 'x' is a NoneType, expected a tensor"),
+        (lambda: gru(x.to(torch.complex64)), TypeError, "argument 'x' has dtype torch.complex64, expected a float"),
+        (lambda: gru(x.long()), TypeError, "argument 'x' has dtype torch.int64"),
+        (lambda: gru(x, torch.zeros(2, 5, device=device)), ValueError, r"argument 'h0' has shape \[2, 5\], expected \[2, 6\]"),
+        (lambda: gru(x, torch.zeros(2, 6, device=device, dtype=torch.float64)), TypeError,
+         "argument 'h0' has dtype torch.float64, expected torch.float32"),
+        (lambda: lstm(x, torch.zeros(2, 6, device=device)), TypeError, "argument 'h0' is a Tensor, expected a pair"),
+        (lambda: lstm(x, (torch.zeros(2, 6, device=device), torch.zeros(2, 5, device=device))), ValueError,
+         r"argument 'h0\[1\] \(c0\)' has shape \[2, 5\]"),
+        (lambda: newton_apply(gru, x, return_cell_state=True), ValueError, "argument 'return_cell_state'"),
+        (lambda: newton_apply(gru, x, "newton"), TypeError, "argument 'cfg' is a str"),
+        (lambda: ParaGRU(3, 0), ValueError, "ParaGRU: argument 'hidden_size' is 0, expected an int >= 1"),
+        (lambda: ParaLSTM(0, 3), ValueError, "ParaLSTM: argument 'input_size' is 0"),
+        (lambda: ParaGRU(3, 2.5), TypeError, "argument 'hidden_size' is 2.5"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_wrong_parameter_shapes_are_named(device):
+    gru = ParaGRU(4, 6).to(device)
+    x = torch.randn(2, 5, 4, device=device)
+    gru.recurrent = torch.nn.Parameter(torch.zeros(3, 5, device=device))
+    with pytest.raises(ValueError, match=r"argument 'cell' has recurrent of shape \[3, 5\], expected \[3, 6\]"):
+        gru(x)
+    gru = ParaGRU(4, 6).to(device)
+    gru.in_proj = torch.nn.Linear(4, 17).to(device)
+    with pytest.raises(ValueError, match=r"argument 'cell' has in_proj.weight of shape \[17, 4\], expected \[18, 4\]"):
+        gru(x)
+
+
+def test_operator_errors_use_the_operators_argument_names(device):
+    u, a, p = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device), torch.randn(2, 6, device=device)
+    settings = (3, 1.0, None, None, 0, False, "auto", False)
+    gru, lstm = torch.ops.paraseq.para_gru, torch.ops.paraseq.para_lstm
+    state = torch.zeros(2, 5, 12, device=device)
+    cases = [
+        (lambda: gru(u, a[:, :5], None, *settings), r"para_gru: argument 'u' has shape \[2, 5, 18\], expected "
+                                                    r"\[B, T, 3H\] = \[B, T, 15\] \(H = 5 from argument 'a'\)"),
+        (lambda: gru(u, a[:2], None, *settings), r"argument 'a' has shape \[2, 6\], expected \[3, H\]"),
+        (lambda: lstm(u, a, p, torch.zeros(2, 6, device=device), *settings),
+         r"para_lstm: argument 'state0' has shape \[2, 6\], expected \[B, 2H \(channels \(c, h\) interleaved\)\] = \[2, 12\]"),
+        (lambda: lstm(u, a, p[:, :5], None, *settings), r"argument 'p' has shape \[2, 5\], expected \[2, H\] = \[2, 6\]"),
+        (lambda: torch.ops.paraseq.para_gru_backward(u, a, None, state[..., :6], state[:, :4, :6]),
+         r"para_gru_backward: argument 'grad_h' has shape \[2, 4, 6\]"),
+        (lambda: torch.ops.paraseq.para_gru_backward(u, a, None, state, state[..., :6]),
+         r"para_gru_backward: argument 'h' has shape \[2, 5, 12\]"),
+        (lambda: torch.ops.paraseq.para_lstm_backward(u, a, p, None, state[..., :6], state),
+         r"para_lstm_backward: argument 'state' has shape \[2, 5, 6\]"),
+        (lambda: torch.ops.paraseq.para_lstm_backward(u, a, p, None, state, state[:1]),
+         r"para_lstm_backward: argument 'grad_state' has shape \[1, 5, 12\]"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+# ---- integer ranges -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [2 ** 31, 2 ** 32, -1])
+def test_counts_that_do_not_fit_are_refused(device, value):
+    for name in ("max_iters", "picard_iters"):
+        with pytest.raises(ValueError, match=f"NewtonConfig: argument '{name}' is {value}, expected an int"):
+            NewtonConfig(**{name: value})
+    u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
+    with pytest.raises(ValueError, match=f"para_gru: argument 'max_iters' is {value}, expected 0 <= max_iters"):
+        torch.ops.paraseq.para_gru(u, a, None, value, 1.0, None, None, 0, False, "auto", False)
+    with pytest.raises(ValueError, match=f"para_lstm: argument 'picard_iters' is {value}"):
+        torch.ops.paraseq.para_lstm(u, a, a[:2], None, 3, 1.0, None, None, value, False, "newton", False)
+
+
+def test_other_settings_are_checked():
+    for kwargs, error, message in [(dict(omega=0.0), ValueError, "argument 'omega' is 0.0"),
+                                   (dict(residual_fail=float("nan")), ValueError, "argument 'residual_fail' is nan"),
+                                   (dict(residual_atol=-1.0), ValueError, "argument 'residual_atol' is -1.0"),
+                                   (dict(max_iters=True), TypeError, "argument 'max_iters' is True"),
+                                   (dict(picard_adapt=1), TypeError, "argument 'picard_adapt' is 1")]:
+        with pytest.raises(error, match=message):
+            NewtonConfig(**kwargs)
+
+
+def test_sizes_of_2_31_are_refused_before_any_copy(device):
+    u = torch.zeros(1, 1, 3, device=device).expand(1, 2 ** 31, 3)  # no memory behind the steps
+    with pytest.raises(ValueError, match=r"argument 'u' has shape \[1, 2147483648, 3\], expected every dimension "
+                                         r"at most 2147483647") as raised:
+        torch.ops.paraseq.para_gru(u, torch.zeros(3, 1, device=device), None, 3, 1.0, None, None, 0, False, "auto",
+                                   False)
+    assert "-2147483648" not in str(raised.value)
+
+
+# ---- opcheck on strided inputs --------------------------------------------------------------------
+
+def strided(tensor, layout):
+    """tensor's values in a transposed (non-contiguous) or an expanded (stride 0 along dim 0) layout."""
+    if layout == "transposed":
+        return tensor.transpose(0, -1).contiguous().transpose(0, -1)
+    return tensor[:1].expand(tensor.shape)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "expanded"])
+def test_opcheck_on_strided_inputs(device, layout):
+    """The fake kernels' outputs have the kernels' (contiguous) strides whatever the inputs' layout.
+    The backward operators get inputs without grad: they are not differentiable."""
+    rand = lambda *shape, grad=False: strided((torch.rand(*shape, device=device) - 0.5).requires_grad_(grad), layout)
+    u, a, p, h0, s0 = rand(2, 7, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
+    settings = (3, 1.0, None, None, 0, False, "auto", True)
+    torch.library.opcheck(torch.ops.paraseq.para_gru, (rand(2, 7, 9, grad=True), rand(3, 3, grad=True), h0, *settings))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, rand(3, 3, grad=True), rand(2, 3, grad=True), s0, *settings))
+    h = torch.ops.paraseq.para_gru(u, a, h0, *settings)[0]
+    state = torch.ops.paraseq.para_lstm(u, a, p, s0, *settings)[0]
+    torch.library.opcheck(torch.ops.paraseq.para_gru_backward, (u, a, h0, strided(h, layout), rand(2, 7, 3)))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm_backward, (u, a, p, s0, strided(state, layout), rand(2, 7, 6)))
+
+
+# ---- dynamic shapes -------------------------------------------------------------------------------
+
+def test_dynamic_shapes_compile_once_with_gradients(device):
+    cell = ParaGRU(3, 4).to(device)
+    loss = torch.compile(lambda z: newton_apply(cell, z, compile_safe_config()).square().sum(), fullgraph=True,
+                         dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        # The first shape's sizes differ from the fixed ones: dynamo gives equal sizes one symbol.
+        for B, T in [(5, 11), (3, 7), (4, 9), (2, 5), (2, 13), (3, 17), (6, 19), (7, 23), (2, 29), (8, 31),
+                     (9, 37), (10, 41)]:
+            x = torch.randn(B, T, 3, device=device, requires_grad=True)
+            compiled, = torch.autograd.grad(loss(x), x)
+            eager, = torch.autograd.grad(newton_apply(cell, x, compile_safe_config()).square().sum(), x)
+            torch.testing.assert_close(compiled, eager)

@@ -1,9 +1,13 @@
 // The autograd kernels of the differentiable paraseq operators (linear_scan, para_gru, para_lstm,
 // odeint), registered in C++ for the Autograd dispatch key. Each forward runs the operator below
 // autograd (its CPU or CUDA kernel, or under torch.compile its fake kernel) and each backward calls
-// the operators, so torch.compile still sees one opaque node per solve, and gradients of gradients
-// go through autograd again. In C++ rather than with torch.library.register_autograd, because that
-// Python wrapper cost about 10 us of every call (docs/performance.md, per-call overhead).
+// the operators, so torch.compile still sees one opaque node per solve. linear_scan's backward is
+// made of differentiable operators, so its gradients of gradients are exact; the Newton backward
+// operators (para_gru_backward, para_lstm_backward) have an autograd kernel that refuses to be
+// differentiated, so a second derivative of para_gru / para_lstm raises instead of being zero.
+// Sizes are read as SymInts, so a graph compiled with dynamic shapes stays generic. In C++ rather
+// than with torch.library.register_autograd, because that Python wrapper cost about 10 us of every
+// call (docs/performance.md, per-call overhead).
 #include "kernels.hpp"
 
 #include <ATen/TensorOperators.h>
@@ -18,7 +22,10 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace paraseq::torch_bridge {
 namespace {
@@ -58,7 +65,14 @@ Result as_result(const at::Tensor& output) {
 }
 template <class Result>
 Result as_result(const variable_list& outputs) {
-  return {outputs[0], outputs[1]};
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return Result{outputs[I]...};
+  }(std::make_index_sequence<std::tuple_size_v<Result>>{});
+}
+
+template <class... Tensors>
+variable_list as_list(const std::tuple<Tensors...>& outputs) {
+  return std::apply([](const auto&... output) { return variable_list{output...}; }, outputs);
 }
 
 // Calls `op` below the Autograd key: its CPU or CUDA kernel (or, under torch.compile, its fake one).
@@ -88,23 +102,25 @@ const auto& odeint_op() { return operator_handle<odeint>("paraseq::odeint"); }
 
 // [first, x_0, ..., x_{T-2}] along time: the previous state of every step.
 at::Tensor shifted(const at::Tensor& x, const at::Tensor& first) {
-  return at::cat({first.unsqueeze(1), x.slice(1, 0, x.size(1) - 1)}, 1);
+  return at::cat({first.unsqueeze(1), x.slice_symint(1, 0, x.sym_size(1) - 1)}, 1);
 }
 
-// dA_t = left_t right_t^T in the layout of A: its diagonal, its k x k blocks, or all of it.
-at::Tensor outer(const std::string& structure, const at::Tensor& left, const at::Tensor& right, int64_t block_size) {
+// dA_t = left_t right_t^T in the layout of A: its diagonal, its k x k blocks (block_size k), or all of it.
+at::Tensor outer(const std::string& structure, const at::Tensor& left, const at::Tensor& right,
+                 const c10::SymInt& block_size) {
   if (structure == "diag") return left * right;
   if (structure == "dense") return left.unsqueeze(-1) * right.unsqueeze(-2);
-  const int64_t B = left.size(0), T = left.size(1), groups = left.size(2) / block_size;
-  return left.reshape({B, T, groups, block_size}).unsqueeze(-1) * right.reshape({B, T, groups, block_size}).unsqueeze(-2);
+  const c10::SymInt B = left.sym_size(0), T = left.sym_size(1), groups = left.sym_size(2) / block_size;
+  const std::vector<c10::SymInt> blocks{B, T, groups, block_size};
+  return left.reshape_symint(blocks).unsqueeze(-1) * right.reshape_symint(blocks).unsqueeze(-2);
 }
 
 // A_t^T v for one time step (A_t [B, ...], v [B, N]).
 at::Tensor transpose_apply(const std::string& structure, const at::Tensor& A_t, const at::Tensor& v) {
   if (structure == "diag") return A_t * v;
   if (structure == "dense") return at::einsum("bij,bi->bj", {A_t, v});
-  const int64_t B = A_t.size(0), groups = A_t.size(1), k = A_t.size(2);
-  return at::einsum("bgij,bgi->bgj", {A_t, v.reshape({B, groups, k})}).reshape({B, groups * k});
+  const c10::SymInt B = A_t.sym_size(0), groups = A_t.sym_size(1), k = A_t.sym_size(2);
+  return at::einsum("bgij,bgi->bgj", {A_t, v.reshape_symint({B, groups, k})}).reshape_symint({B, groups * k});
 }
 
 struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
@@ -123,7 +139,7 @@ struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
     const at::Tensor &A = saved[0], &output = saved[1], &h0 = saved[2];
     const std::string structure = ctx->saved_data["structure"].toStringRef();
     const bool reverse = ctx->saved_data["reverse"].toBool(), has_h0 = ctx->saved_data["has_h0"].toBool();
-    if (output.size(1) == 0) // no steps: nothing depends on A or h0
+    if (output.sym_size(1) == 0) // no steps: nothing depends on A or h0
       return {at::zeros_like(A), at::zeros_like(output), has_h0 ? at::zeros_like(h0) : at::Tensor(), {}, {}};
     // The adjoint of the forward recurrence is the reverse one over the same A, and vice versa.
     const at::Tensor adjoint = linear_scan_op().call(A, grads[0].contiguous(), std::nullopt, structure, !reverse);
@@ -135,7 +151,7 @@ struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
       left = adjoint;
       right = shifted(output, has_h0 ? h0 : at::zeros_like(output.select(1, 0)));
     }
-    const at::Tensor dA = outer(structure, left, right, A.size(-1));
+    const at::Tensor dA = outer(structure, left, right, A.sym_size(-1));
     const at::Tensor dh0 = has_h0 ? transpose_apply(structure, A.select(1, 0), adjoint.select(1, 0)) : at::Tensor();
     return {dA, adjoint, dh0, {}, {}};
   }
@@ -149,6 +165,48 @@ at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const 
 // ---- ParaGRU / ParaLSTM Newton solves ------------------------------------------------------------
 // The solver settings after the tensors are passed through; the residual output is a diagnostic
 // (max |F| per batch element), not differentiable.
+
+const auto& para_gru_backward_op() { return operator_handle<para_gru_backward>("paraseq::para_gru_backward"); }
+const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>("paraseq::para_lstm_backward"); }
+
+// The adjoint solve has no derivative of its own (its backward would need the cells' second
+// derivatives), so differentiating it raises rather than contributing zeros.
+[[noreturn]] void refuse_second_derivative(const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "paraseq::", op, "_backward is not differentiable: second derivatives of paraseq::",
+                              op, " (newton_apply, ParaGRU, ParaLSTM) are not implemented. First derivatives, "
+                              "also with create_graph=True, are exact; differentiate a sequential() loop for a "
+                              "Hessian or a gradient penalty");
+}
+
+struct ParaGruBackwardFunction : torch::autograd::Function<ParaGruBackwardFunction> {
+  static variable_list forward(AutogradContext*, const at::Tensor& u, const at::Tensor& a,
+                               const std::optional<at::Tensor>& h0, const at::Tensor& h, const at::Tensor& grad_h) {
+    return as_list(call_below_autograd(para_gru_backward_op(), u, a, h0, h, grad_h));
+  }
+  static variable_list backward(AutogradContext*, variable_list) { refuse_second_derivative("para_gru"); }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward_autograd(const at::Tensor& u, const at::Tensor& a,
+                                                                          const std::optional<at::Tensor>& h0,
+                                                                          const at::Tensor& h, const at::Tensor& grad_h) {
+  return run_with_autograd<ParaGruBackwardFunction>(para_gru_backward_op(), u, a, h0, h, grad_h);
+}
+
+struct ParaLstmBackwardFunction : torch::autograd::Function<ParaLstmBackwardFunction> {
+  static variable_list forward(AutogradContext*, const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                               const std::optional<at::Tensor>& state0, const at::Tensor& state,
+                               const at::Tensor& grad_state) {
+    return as_list(call_below_autograd(para_lstm_backward_op(), u, a, p, state0, state, grad_state));
+  }
+  static variable_list backward(AutogradContext*, variable_list) { refuse_second_derivative("para_lstm"); }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+para_lstm_backward_autograd(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                            const std::optional<at::Tensor>& state0, const at::Tensor& state,
+                            const at::Tensor& grad_state) {
+  return run_with_autograd<ParaLstmBackwardFunction>(para_lstm_backward_op(), u, a, p, state0, state, grad_state);
+}
 
 struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a,
@@ -166,10 +224,9 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& op = operator_handle<para_gru_backward>("paraseq::para_gru_backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_h0 = ctx->saved_data["has_h0"].toBool();
-    auto [du, da, dh0] = op.call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
+    auto [du, da, dh0] = para_gru_backward_op().call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
     variable_list result(11);
     result[0] = du, result[1] = da, result[2] = has_h0 ? dh0 : at::Tensor();
     return result;
@@ -202,11 +259,10 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& op = operator_handle<para_lstm_backward>("paraseq::para_lstm_backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_state0 = ctx->saved_data["has_state0"].toBool();
-    auto [du, da, dp, dstate0] =
-        op.call(saved[0], saved[1], saved[2], optional_if(has_state0, saved[3]), saved[4], grads[0].contiguous());
+    auto [du, da, dp, dstate0] = para_lstm_backward_op().call(saved[0], saved[1], saved[2], optional_if(has_state0, saved[3]),
+                                                              saved[4], grads[0].contiguous());
     variable_list result(12);
     result[0] = du, result[1] = da, result[2] = dp, result[3] = has_state0 ? dstate0 : at::Tensor();
     return result;
@@ -293,6 +349,8 @@ TORCH_LIBRARY_IMPL(paraseq, Autograd, m) {
   using namespace paraseq::torch_bridge;
   m.impl("linear_scan", &linear_scan_autograd);
   m.impl("para_gru", &para_gru_autograd);
+  m.impl("para_gru_backward", &para_gru_backward_autograd);
   m.impl("para_lstm", &para_lstm_autograd);
+  m.impl("para_lstm_backward", &para_lstm_backward_autograd);
   m.impl("odeint", &odeint_autograd);
 }

@@ -11,7 +11,8 @@ TORCH_LIBRARY(paraseq, m) {
   m.def("linear_scan(Tensor A, Tensor b, Tensor? h0, str structure, bool reverse) -> Tensor");
   // Newton solves of ParaGRU (state [B,T,H]) and ParaLSTM (state [B,T,2H], channels (c, h) interleaved)
   // from pre-projected inputs u [B,T,3H]. residual: max |F| per batch element ([B], float64) when
-  // with_residual, else empty. scan_backend: "auto", "fused", "scan" or "sequential".
+  // with_residual, else empty. scan_backend: "auto", "newton", "fused" or "sequential" ("scan" is
+  // the former name of "newton"); max_iters and picard_iters: 0 .. 2^31 - 1.
   m.def("para_gru(Tensor u, Tensor a, Tensor? h0, int max_iters, float omega, float? residual_atol, "
         "float? residual_fail, int picard_iters, bool picard_adapt, str scan_backend, bool with_residual) "
         "-> (Tensor h, Tensor residual)");

@@ -9,6 +9,10 @@
 #include <mutex>
 #endif
 
+#include <pthread.h>
+
+#include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -25,7 +29,16 @@ std::map<cudaStream_t, Kokkos::Cuda>& cuda_instances() {
 }
 #endif
 
+// Set in a child forked after Kokkos started: the parent's OpenMP (or CUDA) threads and state do
+// not survive fork, and the child's first parallel region would hang in GNU OpenMP.
+std::atomic<bool> forked_after_start{false};
+
+void mark_forked_child() {
+  if (Kokkos::is_initialized()) forked_after_start = true;
+}
+
 void finalize_kokkos() {
+  if (forked_after_start) return; // finalising the parent's runtime could hang the same way
 #ifdef KOKKOS_ENABLE_CUDA
   cuda_instances().clear();
 #endif
@@ -36,6 +49,7 @@ void finalize_kokkos() {
 void ensure_kokkos() {
   static std::once_flag once;
   std::call_once(once, [] {
+    pthread_atfork(nullptr, nullptr, mark_forked_child);
     if (Kokkos::is_initialized() || Kokkos::is_finalized()) return; // the host program owns Kokkos
     // Kokkos' OpenMP warning about OMP_PROC_BIND is meant for standalone programs, not a library in Python.
     Kokkos::initialize(Kokkos::InitializationSettings().set_disable_warnings(true));
@@ -43,6 +57,11 @@ void ensure_kokkos() {
     // libraries loaded earlier (torch, the CUDA runtime) and while the interpreter still exists.
     std::atexit(finalize_kokkos);
   });
+  TORCH_CHECK(!forked_after_start,
+              "paraseq: this process was forked (os.fork or a multiprocessing 'fork' context) after paraseq's "
+              "operators had run in its parent; Kokkos' OpenMP threads do not survive fork, so they cannot run in "
+              "this child. Start worker processes with the 'spawn' or 'forkserver' method instead "
+              "(multiprocessing.get_context(\"spawn\"), DataLoader(multiprocessing_context=\"spawn\"))");
   TORCH_CHECK(Kokkos::is_initialized(), "paraseq: Kokkos has been finalized; the operators cannot run any more");
 }
 
@@ -76,6 +95,9 @@ void check_tensor(const char* op, const char* name, const at::Tensor& tensor, lo
               ", expected ", like.device(), " (the device of the first tensor argument)");
   TORCH_CHECK_VALUE(tensor.dim() == rank, op, ": argument '", name, "' has shape ", tensor.sizes(), ", expected ",
                     rank, " dimensions");
+  for (const int64_t size : tensor.sizes()) // the solvers index extents with int
+    TORCH_CHECK_VALUE(size <= INT_MAX, op, ": argument '", name, "' has shape ", tensor.sizes(),
+                      ", expected every dimension at most 2147483647 (2^31 - 1)");
 }
 
 std::vector<double> host_values(const at::Tensor& tensor) {

@@ -40,8 +40,8 @@ inline at::ScalarType compute_dtype(at::ScalarType type) {
   return type == at::kHalf || type == at::kBFloat16 ? at::kFloat : type;
 }
 
-// Checks that `tensor` (argument `name` of operator `op`) has `rank` dimensions, a supported
-// floating type, and the dtype and device of `like` (the operator's first tensor).
+// Checks that `tensor` (argument `name` of operator `op`) has `rank` dimensions (each < 2^31), a
+// supported floating type, and the dtype and device of `like` (the operator's first tensor).
 void check_tensor(const char* op, const char* name, const at::Tensor& tensor, long rank, const at::Tensor& like);
 
 // The tensor in the compute type, contiguous (a copy only when it is not already).

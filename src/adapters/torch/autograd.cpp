@@ -4,7 +4,8 @@
 // the operators, so torch.compile still sees one opaque node per solve. linear_scan's backward is
 // made of differentiable operators, so its gradients of gradients are exact; the Newton backward
 // operators (para_gru_backward, para_lstm_backward) have an autograd kernel that refuses to be
-// differentiated, so a second derivative of para_gru / para_lstm raises instead of being zero.
+// differentiated, so a second derivative of para_gru / para_lstm raises instead of being zero, and
+// odeint's backward raises the same way when its result is differentiated.
 // Sizes are read as SymInts, so a graph compiled with dynamic shapes stays generic. In C++ rather
 // than with torch.library.register_autograd, because that Python wrapper cost about 10 us of every
 // call (docs/performance.md, per-call overhead).

@@ -4,7 +4,8 @@
 #
 #   tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]
 #
-# DEPS holds source trees: kokkos/ (a Kokkos that builds with this CUDA), googletest/, benchmark/.
+# DEPS holds whole source trees (each a `git archive`): kokkos/ (a Kokkos that builds with this CUDA),
+# googletest/, benchmark/.
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest. OUT receives build-cost.json
@@ -32,7 +33,7 @@ if [[ ! -f $prefix/.built ]]; then
   cmake -S "$deps/googletest" -B /tmp/build-gtest "${common[@]}" >>"$out/deps.log" 2>&1
   cmake --build /tmp/build-gtest -j "$jobs" >>"$out/deps.log" 2>&1 && cmake --install /tmp/build-gtest >>"$out/deps.log"
   cmake -S "$deps/benchmark" -B /tmp/build-benchmark "${common[@]}" -DBENCHMARK_ENABLE_TESTING=OFF \
-    -DBENCHMARK_ENABLE_WERROR=OFF >>"$out/deps.log" 2>&1
+    -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_INSTALL_DOCS=OFF >>"$out/deps.log" 2>&1
   cmake --build /tmp/build-benchmark -j "$jobs" >>"$out/deps.log" 2>&1 && cmake --install /tmp/build-benchmark >>"$out/deps.log"
   touch $prefix/.built
 fi

@@ -49,8 +49,11 @@ at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::opti
         const auto b_view = as_view<const T, 3, Space>(b_c);
         const auto out_view = as_view<T, 3, Space>(output);
         translate_errors([&] {
-          if (reverse) linear_scan_reverse(space, Structure{}, a_view, b_view, out_view);
-          else if (h0) linear_scan(space, Structure{}, a_view, b_view, out_view, as_view<const T, 2, Space>(h0_c));
+          if (reverse) {
+            // The C++ reverse scan names its input g; the operator's is b.
+            detail::check_scan_extents<Structure>(scan_op, a_view, b_view, "b", out_view, "output");
+            linear_scan_reverse(space, Structure{}, a_view, b_view, out_view);
+          } else if (h0) linear_scan(space, Structure{}, a_view, b_view, out_view, as_view<const T, 2, Space>(h0_c));
           else linear_scan(space, Structure{}, a_view, b_view, out_view);
         });
       });

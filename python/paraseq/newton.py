@@ -1,8 +1,10 @@
 """ParaGRU and ParaLSTM solved by Newton's method (the C++ newton_solve), and their configuration."""
 
+from __future__ import annotations
+
 import dataclasses
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +72,7 @@ class NewtonConfig:
         object.__setattr__(self, "scan_backend", backend)
 
 
-def compile_safe_config(max_iters=3, *, scan_backend="auto"):
+def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> NewtonConfig:
     """A fixed iteration count and no residual check: no host synchronisation, one graph.
 
     The C++ compile_safe_config(K) with the mode as a keyword; residual_fail is None, so an eager
@@ -115,7 +117,8 @@ class ParaGRU(nn.Module):
     """h' = z c + (1 - z) h with z = s(a_z h + u_z), r = s(a_r h + u_r), c = tanh(a_c (h r) + u_c),
     u = in_proj(x) with gates (z, r, c); recurrent = (a_z, a_r, a_c)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, config=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 config: Optional[NewtonConfig] = None):
         super().__init__()
         _check_size("ParaGRU", "input_size", input_size)
         _check_size("ParaGRU", "hidden_size", hidden_size)
@@ -125,7 +128,7 @@ class ParaGRU(nn.Module):
         _init_uniform(self.recurrent, hidden_size)
         self.config = config if config is not None else NewtonConfig()
 
-    def forward(self, x, h0=None):
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None) -> torch.Tensor:
         return newton_apply(self, x, self.config, h0=h0)
 
     def sequential(self, x, h0=None):
@@ -149,7 +152,7 @@ class ParaLSTM(nn.Module):
     o = s(a_o h + p_o c' + u_o), u = in_proj(x) with gates (f, c, o); recurrent = (a_f, a_c, a_o),
     peephole = (p_f, p_o)."""
 
-    def __init__(self, input_size, hidden_size, config=None):
+    def __init__(self, input_size: int, hidden_size: int, config: Optional[NewtonConfig] = None):
         super().__init__()
         _check_size("ParaLSTM", "input_size", input_size)
         _check_size("ParaLSTM", "hidden_size", hidden_size)
@@ -161,7 +164,8 @@ class ParaLSTM(nn.Module):
         _init_uniform(self.peephole, hidden_size)
         self.config = config if config is not None else NewtonConfig()
 
-    def forward(self, x, h0=None, return_cell_state=False):
+    def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
+                return_cell_state: bool = False):
         return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state)
 
     def sequential(self, x, h0=None, return_cell_state=False):
@@ -263,7 +267,9 @@ def _divergence(residual, residual_fail, iterations):
         "NewtonConfig(residual_fail=None) to accept the result unchecked", residual, residual_fail)
 
 
-def newton_apply(cell, x, cfg=None, h0=None, return_stats=False, return_cell_state=False):
+def newton_apply(cell: Union[ParaGRU, ParaLSTM], x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
+                 h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
+                 return_cell_state: bool = False):
     """Solves the cell's recurrence over x [B, T, input_size] for all t at once; returns h [B, T, H].
 
     ParaLSTM: h0 is a pair (h0, c0) of [B, H]; return_cell_state=True returns (h, c). return_stats

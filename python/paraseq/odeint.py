@@ -1,7 +1,10 @@
 """odeint: batched Runge-Kutta integration of a built-in field as one operator (src/loops)."""
 
+from __future__ import annotations
+
 import math
 import numbers
+from typing import Optional, Sequence, Union
 
 import torch
 
@@ -34,7 +37,9 @@ def _step_size(step_size, options):
     return options.get("step_size", step_size)
 
 
-def odeint(field, y0, t, method="dopri5", step_size=None, rtol=1e-7, atol=1e-9, max_steps=100000, options=None):
+def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float]], method: str = "dopri5",
+           step_size: Optional[float] = None, rtol: float = 1e-7, atol: float = 1e-9, max_steps: int = 100000,
+           options: Optional[dict] = None) -> torch.Tensor:
     """Integrates y' = field(t, y) for the N trajectories y0 [N, n] (or one, y0 [n]); returns
     [len(t), N, n] (or [len(t), n]) as torchdiffeq does, result[0] = y0.
 

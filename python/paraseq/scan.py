@@ -1,5 +1,9 @@
 """linear_scan: linear recurrences h_t = A_t h_{t-1} + b_t by paraseq's ordered parallel scan."""
 
+from __future__ import annotations
+
+from typing import Optional
+
 import torch
 
 from ._ops import ops
@@ -7,7 +11,8 @@ from ._ops import ops
 STRUCTURES = ("diag", "block", "dense")
 
 
-def linear_scan(A, b, h0=None, structure="diag", reverse=False):
+def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = None, structure: str = "diag",
+                reverse: bool = False) -> torch.Tensor:
     """h_t = A_t h_{t-1} + b_t with h_{-1} = h0 (zero when None); returns h [B, T, N].
 
     A: [B, T, N] ("diag"), [B, T, N/k, k, k] ("block", k = 2, 3 or 4) or [B, T, N, N] ("dense",

@@ -187,7 +187,7 @@ def test_python_errors_name_the_argument(device):
         linear_scan(A, b[..., 0], reverse=True)
     # Called directly, the operator names its own arguments too, also in the reverse direction.
     A_block = torch.zeros(1, 4, 1, 2, 2, device=device)
-    with pytest.raises(ValueError, match=r"paraseq::linear_scan: argument 'b' has shape \[1, 4, 3\], expected a state size N divisible"):
+    with pytest.raises(ValueError, match=r"paraseq::linear_scan: argument 'b' has \[1, 4, 3\], expected a state size N divisible by the block size K = 2"):
         torch.ops.paraseq.linear_scan(A_block, torch.zeros(1, 4, 3, device=device), None, "block", True)
     with pytest.raises(TypeError, match="argument 'A' has dtype ComplexFloat"):
         linear_scan(A.to(torch.complex64), b.to(torch.complex64))

@@ -13,8 +13,8 @@ OPERATORS = ("linear_scan", "para_gru", "para_gru_backward", "para_lstm", "para_
 
 def kernel_devices(operator):
     """The dispatch keys ("CPU", "CUDA") for which this build registered a kernel of paraseq::<operator>."""
-    return [key for key in ("CPU", "CUDA")
-            if torch._C._dispatch_has_kernel_for_dispatch_key(f"paraseq::{operator}", key)]
+    overload = getattr(torch.ops.paraseq, operator).default
+    return [key for key in ("CPU", "CUDA") if overload.has_kernel_for_dispatch_key(key)]
 
 
 def report():

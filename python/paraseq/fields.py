@@ -57,6 +57,11 @@ class Field:
                           f"expected {expected}")
 
 
+def finite_number(value):
+    """math.isfinite as comparisons, which torch.compile traces also for a symbolic float."""
+    return -math.inf < value < math.inf
+
+
 def _checked_number_or_tensor(field, name, value):
     if torch.is_tensor(value):
         if not value.is_floating_point():
@@ -64,7 +69,7 @@ def _checked_number_or_tensor(field, name, value):
         return value
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{field}: argument '{name}' is a {type(value).__name__}, expected a real number or a tensor")
-    if not math.isfinite(value):
+    if not finite_number(value):
         raise ValueError(f"{field}: argument '{name}' is {value}, expected a finite number")
     return value
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Optional, Sequence, Union
 
 import torch
 
 from ._ops import ops
-from .fields import Field
+from .fields import Field, finite_number
 
 METHODS = ("euler", "heun", "rk4", "dopri5")  # the operator's; src/loops also has bosh3 and tsit5
 STATE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -76,9 +75,9 @@ def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float
         raise ValueError(f"odeint: argument 'method' is {method!r}, expected one of {', '.join(map(repr, METHODS))}")
     step_size = _step_size(step_size, options)
     if step_size is not None:
-        _real("step_size", step_size, "a finite number > 0 or None", lambda v: math.isfinite(v) and v > 0)
+        _real("step_size", step_size, "a finite number > 0 or None", lambda v: finite_number(v) and v > 0)
     for name, value in (("rtol", rtol), ("atol", atol)):
-        _real(name, value, "a finite number >= 0", lambda v: math.isfinite(v) and v >= 0)
+        _real(name, value, "a finite number >= 0", lambda v: finite_number(v) and v >= 0)
     if not isinstance(max_steps, numbers.Integral) or isinstance(max_steps, bool):
         raise TypeError(f"odeint: argument 'max_steps' is {max_steps!r} (a {type(max_steps).__name__}), "
                         "expected an int")

@@ -447,8 +447,9 @@ def test_opcheck_on_strided_inputs(device, layout):
 
 # ---- dynamic shapes -------------------------------------------------------------------------------
 
-def test_dynamic_shapes_compile_once_with_gradients(device):
-    cell = ParaGRU(3, 4).to(device)
+@pytest.mark.parametrize("module", [ParaGRU, ParaLSTM])
+def test_dynamic_shapes_compile_once_with_gradients(device, module):
+    cell = module(3, 4).to(device)
     loss = torch.compile(lambda z: newton_apply(cell, z, compile_safe_config()).square().sum(), fullgraph=True,
                          dynamic=True, backend="aot_eager")
     torch._dynamo.reset()

@@ -185,3 +185,21 @@ def test_failures_are_loud(device):
         odeint(field, y0.long(), t)
     with pytest.raises(ValueError, match="argument 'W1'"):
         fields.MLP(*(torch.zeros(shape, device=device) for shape in [(200, 2), (200,), (2, 200), (2,)]))
+
+
+def test_dynamic_shapes_compile_once_with_gradients(device):
+    """torch.compile(dynamic=True): new numbers of trajectories and times reuse one graph, with
+    gradients through odeint's backward."""
+    k = torch.tensor(1.3, dtype=torch.float64, device=device, requires_grad=True)
+    loss = torch.compile(lambda y0, t: odeint(fields.DampedOscillator(k, 0.2), y0, t, method="rk4").square().sum(),
+                         fullgraph=True, dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        # The first shape's sizes differ from the fixed ones: dynamo gives equal sizes one symbol.
+        for N, T in [(5, 7), (3, 4), (6, 9), (4, 5), (7, 11), (9, 13), (10, 6), (11, 8)]:
+            y0 = torch.randn(N, 2, dtype=torch.float64, device=device, requires_grad=True)
+            t = torch.linspace(0, 1, T, dtype=torch.float64, device=device)
+            compiled = torch.autograd.grad(loss(y0, t), (y0, k))
+            eager = torch.autograd.grad(odeint(fields.DampedOscillator(k, 0.2), y0, t, method="rk4").square().sum(),
+                                        (y0, k))
+            torch.testing.assert_close(compiled, eager)

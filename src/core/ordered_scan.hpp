@@ -294,6 +294,25 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
 
 namespace detail {
 
+// The kernels of an OrderedScan, by work tag.
+struct SummarizeTag {}; // two passes: compose each chunk into its map
+struct CarryTag {};     // two passes: apply the chunk maps in order
+struct ApplyTag {};     // re-run the chunks from their entering states
+struct ChainedTag {};   // one pass: compose, look back and re-run
+
+// One team kernel of an OrderedScan: its launch and the team size its registers and scratch allow.
+// Defined out of line (not inline) so that a compiled instance can hold each kernel in a
+// translation unit of its own and declare it `extern template` (cmake/paraseqInstances.cmake):
+// querying a kernel's team size compiles the kernel, so without this every unit that plans a scan
+// would compile all of them.
+template <class Scan, class Tag>
+struct ScanKernel {
+  using space_type = typename Scan::execution_space;
+  static void launch(const space_type& space, const Scan& scan, const char* label, std::size_t league, int team_size,
+                     std::size_t scratch_bytes);
+  static int team_size_max(const space_type& space, const Scan& scan, std::size_t scratch_bytes);
+};
+
 template <class Structure, class Acc, class ExecSpace, class Recurrence>
 class OrderedScan {
   static constexpr int D = Structure::max_group_size;
@@ -310,10 +329,7 @@ class OrderedScan {
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
 
 public:
-  struct SummarizeTag {};
-  struct CarryTag {};
-  struct ApplyTag {};
-  struct ChainedTag {};
+  using execution_space = ExecSpace;
   using buffer_view = Kokkos::View<Acc*, typename ExecSpace::memory_space>;
   using status_view = Kokkos::View<int*, typename ExecSpace::memory_space>;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
@@ -935,12 +951,10 @@ private:
       halve_team_chunks();
     }
     auto team_max = [&] {
-      if (plan_.single_pass)
-        return team_policy<ExecSpace, ChainedTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
-      int limit = team_policy<ExecSpace, ApplyTag>(space, 1, 1, apply_scratch_bytes()).team_size_max(*this, Kokkos::ParallelForTag{});
+      if (plan_.single_pass) return ScanKernel<OrderedScan, ChainedTag>::team_size_max(space, *this, apply_scratch_bytes());
+      int limit = ScanKernel<OrderedScan, ApplyTag>::team_size_max(space, *this, apply_scratch_bytes());
       if (plan_.time_chunks > 1)
-        limit = Kokkos::min(limit, team_policy<ExecSpace, SummarizeTag>(space, 1, 1, summarize_scratch_bytes())
-                                       .team_size_max(*this, Kokkos::ParallelForTag{}));
+        limit = Kokkos::min(limit, ScanKernel<OrderedScan, SummarizeTag>::team_size_max(space, *this, summarize_scratch_bytes()));
       return limit;
     };
     for (int limit = team_max(); plan_.team_size > limit; limit = team_max()) {
@@ -963,7 +977,7 @@ private:
 
   template <class Tag>
   void launch(const ExecSpace& space, const char* label, std::size_t league, std::size_t scratch_bytes) const {
-    Kokkos::parallel_for(label, team_policy<ExecSpace, Tag>(space, int(league), plan_.team_size, scratch_bytes), *this);
+    ScanKernel<OrderedScan, Tag>::launch(space, *this, label, league, plan_.team_size, scratch_bytes);
   }
 
   ScanShape shape_;
@@ -976,6 +990,17 @@ private:
   buffer_view carries_;      // two passes: the states entering the chunks; one pass: leaving the segments
   status_view status_;
 };
+
+template <class Scan, class Tag>
+void ScanKernel<Scan, Tag>::launch(const space_type& space, const Scan& scan, const char* label, std::size_t league,
+                                   int team_size, std::size_t scratch_bytes) {
+  Kokkos::parallel_for(label, team_policy<space_type, Tag>(space, int(league), team_size, scratch_bytes), scan);
+}
+
+template <class Scan, class Tag>
+int ScanKernel<Scan, Tag>::team_size_max(const space_type& space, const Scan& scan, std::size_t scratch_bytes) {
+  return team_policy<space_type, Tag>(space, 1, 1, scratch_bytes).team_size_max(scan, Kokkos::ParallelForTag{});
+}
 
 } // namespace detail
 

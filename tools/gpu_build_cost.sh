@@ -9,8 +9,9 @@
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest. OUT receives build-cost.json
-# (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log, and
-# bench.json from the target benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
+# (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log,
+# pytest-cuda.log (python/tests/test_cuda.py on those operators) and bench.json from the target
+# benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
 # benchmark binary built (in the background, after the timed build) and measured in the same run:
 # bench-baseline.json.
 set -euo pipefail
@@ -51,7 +52,8 @@ configure "$repo" "$build" -DPARASEQ_ENABLE_TORCH=ON >"$out/build.log" 2>&1
 start=$(date +%s.%N)
 ninja -C "$build" -j "$jobs" paraseq_torch >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; exit 1; }
 operators=$(date +%s.%N)
-ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; exit 1; }
+# A unit that fails here is reported, and the rest is still tested and measured.
+ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
 python3 "$repo/perf_tests/build_cost.py" "$build" --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   --out "$out/build-cost.json" | tee "$out/build-cost.txt"
@@ -74,6 +76,10 @@ fi
 
 ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 || true
 tail -n 4 "$out/ctest.log"
+# The Python package's CUDA tests on the operators just built.
+PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
+  timeout 600 python3 -m pytest -q -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+tail -n 3 "$out/pytest-cuda.log"
 
 # The target benchmarks of docs/performance.md, this tree and the baseline alternating.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'

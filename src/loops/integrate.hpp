@@ -474,11 +474,18 @@ void run_stepped(const Space& space, Kernel kernel, int begin, int end, int fixe
   }
 }
 
-template <class Kernel, class Space, class Observer>
+template <CompiledModes Modes, class Kernel, class Space, class Observer>
 void run_forward(const Space& space, const Kernel& kernel, int begin, int end, LoopMode mode, int fixed_steps,
                  const Observer& observer) {
-  if (mode == LoopMode::fused) run_fused(space, kernel, begin, end);
-  else run_stepped(space, kernel, begin, end, fixed_steps, observer);
+  if (Modes == CompiledModes::fused_only || mode == LoopMode::fused) run_fused(space, kernel, begin, end);
+  else if constexpr (Modes == CompiledModes::all) run_stepped(space, kernel, begin, end, fixed_steps, observer);
+}
+
+// Refuses a loop mode that the call did not compile.
+template <CompiledModes Modes>
+void check_loop_mode(const std::string& fn, LoopMode mode) {
+  require(Modes == CompiledModes::all || mode == LoopMode::fused, fn, "options.mode", "LoopMode::stepped",
+          "LoopMode::fused: this call compiles the fused loop only (CompiledModes::fused_only)");
 }
 
 // The three per-trajectory Views of a report in one allocation (or piece of the workspace).
@@ -535,7 +542,7 @@ void summarize(const std::string& fn, const Space& space, Report<Mem>& report, b
 // The forward loop over all N trajectories, with its report (see summarize). The fused mode keeps
 // each trajectory's carry in registers and allocates only the report; the stepped mode keeps the
 // carries in Views between launches, and the report is the carry's status and step counts.
-template <class Method, class Field, class T, class Space, class Stepping, class Observer>
+template <class Method, CompiledModes Modes, class Field, class T, class Space, class Stepping, class Observer>
 Report<typename Space::memory_space> forward_pass(const std::string& fn, const Space& space, const Field& field, int n,
                                                   int N, const ForwardData<T>& data, const Stepping& stepping,
                                                   LoopMode mode, const Observer& observer, bool throw_on_failure,
@@ -545,11 +552,11 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
   Report<typename Space::memory_space> report;
   with_capacity<Field>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
-    if (mode == LoopMode::fused) {
+    if (Modes == CompiledModes::fused_only || mode == LoopMode::fused) {
       report = allocate_report(space, N, arena);
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, false>;
       run_fused(space, Kernel{field, n, data, stepping, {}, {}, 0, N, 0, report_rows<Space>(report)}, 0, N);
-    } else {
+    } else if constexpr (Modes == CompiledModes::all) {
       CarryViews<T, Space> carry(space, N, n);
       report = {carry.status, carry.step, carry.rejected};
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, true>;
@@ -660,8 +667,8 @@ constexpr void check_types() {
 } // namespace detail
 
 // Integrates every trajectory of `problem` with `method` over `steps`, writing `outputs`.
-template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final,
-          class Observed, class Observer = NoObserver>
+template <CompiledModes Modes = CompiledModes::all, class Method, class Space, class Field, class Y0, class Params,
+          class Shared, class Steps, class Final, class Observed, class Observer = NoObserver>
 Report<typename Space::memory_space> solve(const Space& space, Method, const Problem<Field, Y0, Params, Shared>& problem,
                                            const Steps& steps, const Outputs<Final, Observed>& outputs,
                                            const SolveOptions& options = {}, const Observer& observer = {}) {
@@ -673,7 +680,10 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
   static_assert(view_fits<Space, T, 3, true, Observed>(),
                 "paraseq::ode::solve: outputs.observed must be a writable rank-3 View [N, n_obs, n] of y0's value type");
   const std::string fn = "paraseq::ode::solve";
+  static_assert(Modes == CompiledModes::all || std::is_same_v<Observer, NoObserver>,
+                "paraseq::ode::solve: an observer needs LoopMode::stepped, which CompiledModes::fused_only does not compile");
   const int n = check_problem(fn, space, problem, steps, outputs, options);
+  check_loop_mode<Modes>(fn, options.mode);
   if constexpr (!std::is_same_v<Observer, NoObserver>)
     require(options.mode == LoopMode::stepped, fn, "observer", "an observer with LoopMode::fused",
             "LoopMode::stepped: observers run between the launches of single steps");
@@ -695,15 +705,16 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, staging, steps);
     else return build_control<Method, T>(fn, staging, steps, n);
   }();
-  return forward_pass<Method>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
+  return forward_pass<Method, Modes>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
                               options.on_failure == OnFailure::throw_exception, staging, &arena);
 }
 
 // solve(), then the gradients of a loss L through the discrete steps: given the cotangents
 // dL/d(outputs) (same shapes as the outputs; either may be NoView), writes dL/dy0, dL/dparams and
 // dL/dshared (each optional). Any failed trajectory makes it throw.
-template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps, class Final,
-          class Observed, class FinalBar, class ObservedBar, class Y0Bar, class ParamsBar, class SharedBar>
+template <CompiledModes Modes = CompiledModes::all, class Method, class Space, class Field, class Y0, class Params,
+          class Shared, class Steps, class Final, class Observed, class FinalBar, class ObservedBar, class Y0Bar,
+          class ParamsBar, class SharedBar>
 Report<typename Space::memory_space>
 solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params, Shared>& problem,
                     const Steps& steps, const Outputs<Final, Observed>& outputs,
@@ -734,6 +745,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
 
   const std::string fn = "paraseq::ode::solve_with_gradient";
   const int n = check_problem(fn, space, problem, steps, outputs, options);
+  check_loop_mode<Modes>(fn, options.mode);
   const long N = long(problem.y0.extent(0)), observations = long(steps.observation_times.size());
   require_extents_if_given(fn, "cotangents.final_state", cotangents.final_state, {N, n}, "[N, n], the shape of y0");
   require_extents_if_given(fn, "cotangents.observed", cotangents.observed, {N, observations, n},
@@ -762,7 +774,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
   Report<Mem> report;
   if constexpr (adaptive)
-    report = forward_pass<Method>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true,
+    report = forward_pass<Method, Modes>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true,
                                   staging);
   else report = allocate_report(space, N);
   Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
@@ -796,7 +808,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
 
     for (int begin = 0; begin < int(N); begin += chunk) {
       const int end = std::min<int>(int(N), begin + chunk);
-      run_forward(space,
+      run_forward<Modes>(space,
                   ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0,
                                 report_rows<Space>(report)},
                   begin, end, options.mode, most_steps, NoObserver{});

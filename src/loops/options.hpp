@@ -141,6 +141,12 @@ struct Gradients {
 // stepped: one launch per step (adaptive: per attempt), so an observer can run between steps.
 enum class LoopMode { fused, stepped };
 
+// The loop modes a call of solve() or solve_with_gradient() compiles, its first template argument:
+// all by default; solve<CompiledModes::fused_only>(...) compiles the fused loop alone, about half the
+// kernels (a third for solve()), for code that never runs an observer. Such a call given
+// LoopMode::stepped throws std::invalid_argument.
+enum class CompiledModes { all, fused_only };
+
 enum class OnFailure {
   throw_exception, // std::runtime_error naming the first failed trajectory and its status
   report           // the Report says which trajectories failed; their outputs are NaN

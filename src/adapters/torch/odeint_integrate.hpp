@@ -66,7 +66,7 @@ void integrate(const char* op, const OdeintArgs& args, const std::vector<double>
       ode::SolveOptions options;
       options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
       translate_errors([&] {
-        ode::solve(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
+        ode::solve<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
       });
     });
   });
@@ -85,11 +85,11 @@ void integrate_adjoint(const char* op, const OdeintArgs& args, const std::vector
       translate_errors([&] {
         if constexpr (ode::is_given_v<decltype(Problem::shared)>) {
           const auto shared_bar = as_view<T, 1, Space>(tensors.grad_shared);
-          ode::solve_with_gradient(space, method, problem, steps, ode::Outputs<>{}, cotangents,
+          ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
                                    ode::Gradients<decltype(y0_bar), ode::NoView, decltype(shared_bar)>{y0_bar, {}, shared_bar});
         } else {
           const auto params_bar = as_view<T, 2, Space>(tensors.grad_params);
-          ode::solve_with_gradient(space, method, problem, steps, ode::Outputs<>{}, cotangents,
+          ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
                                    ode::Gradients<decltype(y0_bar), decltype(params_bar)>{y0_bar, params_bar});
         }
       });

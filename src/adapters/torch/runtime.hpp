@@ -6,9 +6,12 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <paraseq/core/views.hpp>
+
 #include <Kokkos_Core.hpp>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace paraseq::torch_bridge {
@@ -49,20 +52,11 @@ inline at::Tensor prepared(const at::Tensor& tensor) {
   return tensor.to(compute_dtype(tensor.scalar_type())).contiguous();
 }
 
-template <class T, int Rank>
-struct view_data_type {
-  using type = typename view_data_type<T, Rank - 1>::type*;
-};
-template <class T>
-struct view_data_type<T, 0> {
-  using type = T;
-};
-
-// An unmanaged LayoutRight View of a contiguous tensor of Rank dimensions in Space's memory.
+// A View of a contiguous tensor of Rank dimensions in Space's memory, of the types the compiled
+// instances take (paraseq/core/views.hpp): InView for a const T, OutView otherwise.
 template <class T, int Rank, class Space>
 auto as_view(const at::Tensor& tensor) {
-  using view_t = Kokkos::View<typename view_data_type<T, Rank>::type, Kokkos::LayoutRight, typename Space::memory_space,
-                              Kokkos::MemoryUnmanaged>;
+  using view_t = std::conditional_t<std::is_const_v<T>, InView<std::remove_const_t<T>, Rank, Space>, OutView<T, Rank, Space>>;
   TORCH_INTERNAL_ASSERT(tensor.dim() == Rank && tensor.is_contiguous());
   T* data = const_cast<T*>(tensor.const_data_ptr<T>());
   if constexpr (Rank == 1) return view_t(data, tensor.size(0));

@@ -8,8 +8,9 @@ the function with those inputs substituted for the tensors it reads, so it diffe
 function of (t, y, tensors).
 
 Where the tensors are found (in this order):
-  * an nn.Module (func itself, the owner of a bound method, or a module a closure cell holds): its
-    parameters() and buffers(), substituted through torch.func.functional_call;
+  * an nn.Module (func itself, the owner of a bound method, or a module a closure cell or a global
+    holds): its parameters() and buffers(), substituted in the modules' parameter and buffer
+    dictionaries (a tensor shared by several modules at each of its places);
   * a Python function (or the function of a bound method): closure cells holding tensors
     (func.__closure__), tensor default arguments (__defaults__, __kwdefaults__), and the globals
     its own code names (func.__code__.co_names) that hold tensors or modules.
@@ -108,17 +109,14 @@ def found_tensors(owner, function):
     return tensors
 
 
-class _Holder(nn.Module):
-    """Holds the modules a function uses, so that functional_call substitutes their tensors."""
-
-    def __init__(self, modules, call):
-        super().__init__()
-        for k, module in enumerate(modules):
-            self.add_module(f"m{k}", module)
-        self.call = call
-
-    def forward(self, t, y):
-        return self.call(t, y)
+def _module_slots(modules):
+    """(dict, key, tensor) of every parameter and buffer of the modules, shared ones at each place."""
+    slots = []
+    for module in modules:
+        for sub in module.modules():
+            for store in (sub._parameters, sub._buffers):
+                slots += [(store, key, value) for key, value in store.items() if value is not None]
+    return slots
 
 
 def call_with(entry, t, y, tensors):
@@ -130,10 +128,11 @@ def call_with(entry, t, y, tensors):
     owner, function = split(func)
     modules, function = _modules_and_function(owner, function)
     tensors = iter(tensors)
-    mapping = {}
-    for k, module in enumerate(modules):
-        for name, _ in itertools.chain(module.named_parameters(), module.named_buffers()):
-            mapping[f"m{k}.{name}"] = next(tensors)
+    replacement = {}  # id of a module tensor -> its substitute (shared tensors: one substitute)
+    for module in modules:
+        for _, value in itertools.chain(module.named_parameters(), module.named_buffers()):
+            replacement[id(value)] = next(tensors)
+    slots = [(store, key, value) for store, key, value in _module_slots(modules) if id(value) in replacement]
     cells, defaults, kwdefaults, global_tensors = [], None, None, []
     if function is not None:
         for cell in function.__closure__ or ():
@@ -152,14 +151,16 @@ def call_with(entry, t, y, tensors):
         global_tensors = [(name, function.__globals__[name], next(tensors))
                           for name in _global_names(function, torch.Tensor)]
     try:
+        for store, key, value in slots:
+            store[key] = replacement[id(value)]
         for cell, _, new in cells:
             cell.cell_contents = new
         for name, _, new in global_tensors:
             function.__globals__[name] = new
-        if modules:
-            return torch.func.functional_call(_Holder(modules, func), mapping, (t, y))
         return func(t, y)
     finally:
+        for store, key, value in slots:
+            store[key] = value
         for cell, old, _ in cells:
             cell.cell_contents = old
         for name, old, _ in global_tensors:

@@ -33,13 +33,15 @@ class CellLayout:
                             "expected a paraseq.ParaGRU, paraseq.ParaLSTM or an nn.Module with hidden_size and "
                             "step(h_prev, x) (docs/migration.md)")
         name = type(cell).__name__
+        given = f"newton_apply: argument 'cell' is a {type(cell).__module__}.{name}, expected a paraseq.ParaGRU, " \
+                "paraseq.ParaLSTM or a cell of your own (torch.nn.GRU and LSTM have other gates), which needs"
         hidden = getattr(cell, "hidden_size", getattr(cell, "d_h", None))
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise TypeError(f"newton_apply: argument 'cell' (a {name}) has hidden_size {hidden!r}, expected an int "
-                            ">= 1 attribute hidden_size and a method step(h_prev, x)")
+            raise TypeError(f"{given} an int attribute hidden_size >= 1 (it has {hidden!r}) and a method "
+                            "step(h_prev, x)")
         if not callable(getattr(cell, "step", None)):
-            raise TypeError(f"newton_apply: argument 'cell' (a {name}) has no method step(h_prev, x), expected one "
-                            "that returns the next state for states [..., hidden_size] and inputs [..., input]")
+            raise TypeError(f"{given} a method step(h_prev, x) that returns the next state for states "
+                            "[..., hidden_size] and inputs [..., input] (it has none)")
         slots = getattr(cell, "state_slots", 1)
         if slots not in STATE_SLOTS or isinstance(slots, bool):
             raise ValueError(f"newton_apply: argument 'cell' (a {name}) has state_slots {slots!r}, expected 1, 2 or 4")

@@ -160,8 +160,10 @@ class WrongShape(DiagonalCell):
 
 def test_user_cell_errors_name_the_argument(device):
     cell, x, h0 = cell_case(DiagonalCell, device)
-    with pytest.raises(TypeError, match="argument 'cell'.*hidden_size"):
+    with pytest.raises(TypeError, match="argument 'cell' is a .*NoHiddenSize.*hidden_size >= 1 \\(it has None\\)"):
         newton_apply(NoHiddenSize(), x)
+    with pytest.raises(TypeError, match="argument 'cell' is a torch.nn.modules.rnn.GRU.*step\\(h_prev, x\\)"):
+        newton_apply(nn.GRU(3, 5), x)
     with pytest.raises(TypeError, match="argument 'cell'.*expected a paraseq.ParaGRU"):
         newton_apply(lambda h, x: h, x)
     cell.jac_structure = "head"

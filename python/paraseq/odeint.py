@@ -123,7 +123,8 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     if t.is_complex():
         raise TypeError(f"odeint: argument 't' has dtype {t.dtype}, expected a real dtype")
     if not isinstance(field, Field):
-        return _odeint_user_function(func, y0, t, method, step_size, float(rtol), float(atol), int(max_steps), one_trajectory)
+        return _odeint_user_function(func, y0, t, method, step_size, float(rtol), float(atol), int(max_steps),
+                                     one_trajectory)
     field.check(y0)
     params, shared, mlp_hidden = field.operands(y0)
     arguments = (field.name, y0, t.to(torch.float64), params, shared, mlp_hidden, method,
@@ -184,6 +185,6 @@ def _check_function(token, y0, t, tensors, one_trajectory):
         probe = rhs(t[:1].to(y0.dtype).to(y0.device).expand(y0.shape[0], 1), y0.detach())
     if probe.requires_grad:
         raise ValueError("odeint: argument 'func' uses a tensor that requires grad which odeint does not find (found: "
-                         "an nn.Module's parameters and buffers, tensors it closes over, tensor defaults), so its "
-                         "gradient would be lost; make that tensor a parameter or buffer of an nn.Module, or a variable "
-                         "func closes over")
+                         "an nn.Module's parameters and buffers, tensors it closes over, tensor defaults, tensors "
+                         "and modules it names as globals), so its gradient would be lost; make that tensor a "
+                         "parameter or buffer of an nn.Module, or a variable func closes over")

@@ -126,11 +126,13 @@ def test_user_cells_compile_without_graph_breaks_and_equal_eager(device, cell_ty
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
 
 
-def test_user_cell_second_derivatives_raise(device):
+@pytest.mark.parametrize("loss", [torch.sum, lambda h: h.square().sum()], ids=["linear", "square"])
+def test_user_cell_second_derivatives_raise(device, loss):
+    """Also when the loss is linear, so that its gradient does not depend on h."""
     cell, x, h0 = cell_case(DiagonalCell, device, T=6)
-    (grad_x,) = torch.autograd.grad(newton_apply(cell, x, h0=h0).square().sum(), x, create_graph=True)
+    (grad,) = torch.autograd.grad(loss(newton_apply(cell, x, h0=h0)), cell.decay, create_graph=True)
     with pytest.raises(NotImplementedError, match="not differentiable"):
-        grad_x.sum().backward()
+        grad.sum().backward()
 
 
 def test_a_wrong_jacobian_structure_is_caught(device):
@@ -367,11 +369,38 @@ def test_general_odeint_compiles_to_one_graph_equal_to_eager(device):
         assert torch.equal(a, b)
 
 
-def test_general_odeint_second_derivatives_raise(device):
+class DecayWithAMethod(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rate = nn.Parameter(torch.tensor(0.5, dtype=DOUBLE))
+
+    def rhs(self, t, y):
+        return -self.rate * y * torch.cos(t)
+
+
+def test_closures_and_bound_methods_compile_without_graph_breaks(device):
+    k = torch.tensor(0.7, dtype=DOUBLE, device=device, requires_grad=True)
+    module = DecayWithAMethod().to(device)
+    y0 = torch.ones(2, 2, dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE, device=device)
+    for func, tensor in ((oscillator_closure(k, 0.2), k), (module.rhs, module.rate)):
+        solve = lambda y0: odeint(func, y0, t)
+        assert graph_break_count(solve, y0) == 0
+        compiled = torch.compile(solve, fullgraph=True, backend="aot_eager")
+        eager_y, compiled_y = solve(y0), compiled(y0)
+        assert torch.equal(compiled_y, eager_y)
+        for a, b in zip(torch.autograd.grad(compiled_y.sum(), (y0, tensor)),
+                        torch.autograd.grad(eager_y.sum(), (y0, tensor))):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("loss", [torch.sum, lambda out: out.square().sum()], ids=["linear", "square"])
+def test_general_odeint_second_derivatives_raise(device, loss):
+    """Also when the loss is linear, so that its gradient does not depend on the output."""
     k = torch.tensor(1.0, dtype=DOUBLE, device=device, requires_grad=True)
     y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE, device=device)
     out = odeint(oscillator_closure(k, 0.1), y0, torch.tensor([0.0, 1.0], dtype=DOUBLE), method="rk4")
-    (grad,) = torch.autograd.grad(out.square().sum(), k, create_graph=True)
+    (grad,) = torch.autograd.grad(loss(out), k, create_graph=True)
     with pytest.raises(NotImplementedError, match="does not support double backward"):
         grad.backward()
 

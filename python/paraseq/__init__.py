@@ -3,7 +3,8 @@
 linear_scan (linear recurrences), ParaGRU / ParaLSTM / newton_apply (nonlinear recurrences by
 Newton's method) and odeint (batched Runge-Kutta loops) run as torch.ops.paraseq operators with
 CPU (and CUDA) kernels, fake kernels and autograd: each is one opaque node under
-torch.compile(fullgraph=True). See docs/torch.md.
+torch.compile(fullgraph=True). odeint and newton_apply also take right-hand sides and cells of
+your own (the general path, PyTorch around these operators): see docs/migration.md.
 """
 
 from . import fields

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import _user_cell
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -267,9 +268,9 @@ def _divergence(residual, residual_fail, iterations):
         "NewtonConfig(residual_fail=None) to accept the result unchecked", residual, residual_fail)
 
 
-def newton_apply(cell: Union[ParaGRU, ParaLSTM], x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
+def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
-                 return_cell_state: bool = False):
+                 return_cell_state: bool = False, *, compile: Union[str, bool] = "auto"):
     """Solves the cell's recurrence over x [B, T, input_size] for all t at once; returns h [B, T, H].
 
     ParaLSTM: h0 is a pair (h0, c0) of [B, H]; return_cell_state=True returns (h, c). return_stats
@@ -278,10 +279,24 @@ def newton_apply(cell: Union[ParaGRU, ParaLSTM], x: torch.Tensor, cfg: Optional[
     report the residual only in the stats. Outer autocast is disabled inside, in the forward and the
     backward: the projection and the solve run in the module's dtype (x, floating point, is
     converted to it); float16/bfloat16 are stored as such and computed in float32.
+
+    A cell of your own (any nn.Module with an int hidden_size and step(h_prev, x), pararnn's RNNCell
+    protocol; optional state_slots 1, 2 or 4 and jac_structure "diag", "block2", "block4" or
+    "dense", the default) takes the general path: Newton's iterations in PyTorch, Jacobians of step
+    from torch.func, one linear_scan per iteration, gradients by the adjoint recurrence (one reverse
+    linear_scan and one vjp of step over all t). h0 is [B, H] (or [B, state_slots, H]), h has the
+    state's layout; scan_backend must be "auto" or "newton"; cfg defaults to cell.config when it is
+    a NewtonConfig. In eager mode with residual_fail set, a declared jac_structure is checked
+    against step (one jvp) and a wrong one raises. compile: "auto" and False take that path; True
+    (generated C++ kernels for the cell) is not available yet and raises. ParaGRU and ParaLSTM
+    always run their C++ operators (compile "auto" or True). See docs/migration.md.
     """
+    _check_compile_argument("newton_apply", compile)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
-        raise TypeError(f"newton_apply: argument 'cell' is a {type(cell).__module__}.{type(cell).__name__}, expected "
-                        "a paraseq.ParaGRU or paraseq.ParaLSTM (torch.nn.GRU and LSTM have other gates)")
+        return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
+    if compile is False:
+        raise ValueError("newton_apply: argument 'compile' is False for a paraseq." + type(cell).__name__ + ", whose "
+                         "solve is a C++ operator; pass compile='auto' (or True)")
     cfg = cfg if cfg is not None else cell.config
     if not isinstance(cfg, NewtonConfig):
         raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
@@ -335,3 +350,53 @@ def newton_apply(cell: Union[ParaGRU, ParaLSTM], x: torch.Tensor, cfg: Optional[
         h, c = state[..., 1::2], state[..., 0::2]
         result = (h, c) if return_cell_state else h
     return (result, NewtonStats(residual)) if return_stats else result
+
+
+def _check_compile_argument(function, compile):
+    """compile: "auto", True or False. True asks for kernels generated from a function of your own,
+    which do not exist yet."""
+    if not (compile is True or compile is False or compile == "auto"):
+        raise ValueError(f"{function}: argument 'compile' is {compile!r}, expected 'auto', True or False")
+
+
+def _compiled_path_unavailable(function, what, builtin):
+    return NotImplementedError(
+        f"{function}: argument 'compile' is True, but the compiled path for a {what} of your own (generated C++ "
+        f"kernels) is not available yet; pass compile='auto' or False for the general PyTorch path (it runs under "
+        f"torch.compile too), or use {builtin} for paraseq's C++ operators")
+
+
+def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile):
+    layout = _user_cell.CellLayout(cell)
+    if compile is True:
+        raise _compiled_path_unavailable("newton_apply", "cell", "paraseq.ParaGRU or paraseq.ParaLSTM")
+    if cfg is None:
+        cfg = getattr(cell, "config", None)
+        cfg = cfg if isinstance(cfg, NewtonConfig) else NewtonConfig()
+    if not isinstance(cfg, NewtonConfig):
+        raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
+    if cfg.scan_backend not in ("auto", "newton"):
+        raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
+                         "'newton' for a cell of your own (the fused and sequential modes are C++ kernels of the "
+                         "built-in cells)")
+    if cfg.picard_adapt:
+        raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
+                         "(set picard_iters instead)")
+    if return_cell_state:
+        raise ValueError("newton_apply: argument 'return_cell_state' is True for a cell of your own, expected False "
+                         "(h has all of the state's slots)")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"newton_apply: argument 'x' is a {type(x).__name__}, expected a tensor [B, T, input]")
+    if not x.is_floating_point():
+        raise TypeError(f"newton_apply: argument 'x' has dtype {x.dtype}, expected a floating-point dtype")
+    input_size = getattr(cell, "input_size", None)
+    if x.dim() != 3 or (isinstance(input_size, int) and x.shape[-1] != input_size):
+        expected = f"[B, T, {input_size}]" if isinstance(input_size, int) else "[B, T, input]"
+        raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, expected {expected}")
+    h0 = _user_cell.check_initial_state(layout, x, h0)
+    h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
+    if residual is not None and cfg.residual_fail is not None and not torch.compiler.is_compiling():
+        error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
+        if error is not None:
+            raise error
+    return (h, NewtonStats(residual)) if return_stats else h

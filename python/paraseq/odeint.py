@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import numbers
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
+from . import _user_function, _user_odeint
 from ._ops import ops
 from .fields import Field, finite_number
+from .newton import _check_compile_argument, _compiled_path_unavailable
 
 METHODS = ("euler", "heun", "rk4", "dopri5")  # the operator's; src/loops also has bosh3 and tsit5
 STATE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -36,11 +39,24 @@ def _step_size(step_size, options):
     return options.get("step_size", step_size)
 
 
-def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float]], method: str = "dopri5",
-           step_size: Optional[float] = None, rtol: float = 1e-7, atol: float = 1e-9, max_steps: int = 100000,
-           options: Optional[dict] = None) -> torch.Tensor:
-    """Integrates y' = field(t, y) for the N trajectories y0 [N, n] (or one, y0 [n]); returns
+def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]], y0: torch.Tensor,
+           t: Union[torch.Tensor, Sequence[float]], method: str = "dopri5", step_size: Optional[float] = None,
+           rtol: float = 1e-7, atol: float = 1e-9, max_steps: int = 100000, options: Optional[dict] = None, *,
+           compile: Union[str, bool] = "auto") -> torch.Tensor:
+    """Integrates y' = func(t, y) for the N trajectories y0 [N, n] (or one, y0 [n]); returns
     [len(t), N, n] (or [len(t), n]) as torchdiffeq does, result[0] = y0.
+
+    func: a built-in field (paraseq.fields: one C++ operator) or any callable of your own (a
+    function, a closure, an nn.Module), the general path: the same methods and step rules in
+    PyTorch, one custom operator under torch.compile. It is called as func(t, y) with y [N, n] and
+    t [N, 1] (each trajectory's own time: adaptive steps differ per trajectory), or y [n] and a 0-d
+    t for y0 [n], and must return y's shape and dtype, treating rows independently. Gradients reach
+    y0 and the tensors it uses that odeint finds: an nn.Module's parameters and buffers (func, the
+    owner of a bound method, or a module it closes over), tensors it closes over and tensor
+    defaults; eager mode refuses a func whose result requires grad through a tensor not found.
+    compile: "auto" and False take the general path for a func of your own; True (generated C++
+    kernels) is not available yet and raises. Built-in fields run their operator (compile "auto"
+    or True). See docs/migration.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not
     supported); a 1-D tensor or a sequence, real. method: "euler", "heun", "rk4" or "dopri5"
@@ -56,8 +72,17 @@ def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float
     raise. The whole integration is one operator: a compiled graph does not grow with the number of
     steps.
     """
+    _check_compile_argument("odeint", compile)
+    field = func
     if not isinstance(field, Field):
-        raise TypeError(f"odeint: argument 'field' is a {type(field).__name__}, expected a paraseq.fields field")
+        if not callable(func):
+            raise TypeError(f"odeint: argument 'func' is a {type(func).__name__}, expected a callable func(t, y) or a "
+                            "paraseq.fields field")
+        if compile is True:
+            raise _compiled_path_unavailable("odeint", "function", "a paraseq.fields field")
+    elif compile is False:
+        raise ValueError(f"odeint: argument 'compile' is False for the built-in field {type(field).__name__}, whose "
+                         "integration is a C++ operator; pass compile='auto' (or True)")
     if not torch.is_tensor(y0):
         raise TypeError(f"odeint: argument 'y0' is a {type(y0).__name__}, expected a tensor [N, n] or [n] "
                         "(tuple and dict states are not supported: concatenate their components)")
@@ -66,7 +91,10 @@ def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float
     one_trajectory = y0.dim() == 1
     if one_trajectory:
         y0 = y0.unsqueeze(0)
-    if y0.dim() != 2 or y0.shape[1] != field.state_size:
+    state_size = field.state_size if isinstance(field, Field) else (y0.shape[-1] if y0.dim() == 2 else None)
+    if y0.dim() != 2 or y0.shape[1] != state_size:
+        if state_size is None:
+            raise ValueError(f"odeint: argument 'y0' has shape {list(y0.shape)}, expected [N, n] or [n]")
         raise ValueError(f"odeint: argument 'y0' has shape {list(y0.shape)}, "
                          f"expected [N, {field.state_size}] or [{field.state_size}] (the field's state size)")
     if y0.shape[0] > MAX_INT32:
@@ -94,6 +122,9 @@ def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float
                             f"({error})") from None
     if t.is_complex():
         raise TypeError(f"odeint: argument 't' has dtype {t.dtype}, expected a real dtype")
+    if not isinstance(field, Field):
+        return _odeint_user_function(func, y0, t, method, step_size, float(rtol), float(atol), int(max_steps),
+                                     one_trajectory)
     field.check(y0)
     params, shared, mlp_hidden = field.operands(y0)
     arguments = (field.name, y0, t.to(torch.float64), params, shared, mlp_hidden, method,
@@ -109,3 +140,51 @@ def odeint(field: Field, y0: torch.Tensor, t: Union[torch.Tensor, Sequence[float
             field.require_finite()
             raise
     return observed[0] if one_trajectory else observed.transpose(0, 1)
+
+
+def _check_times(t):
+    """The general path's check of t (the operator's for built-in fields): 1-D, finite, increasing."""
+    if t.dim() != 1 or t.numel() < 1:
+        raise ValueError(f"odeint: argument 't' has shape {list(t.shape)}, expected a 1-D tensor of at least one time")
+    times = t.tolist()
+    for k, value in enumerate(times):
+        if not finite_number(value):
+            raise ValueError(f"odeint: argument 't' has t[{k}] = {value}, expected finite times")
+        if k and not value > times[k - 1]:
+            raise ValueError(f"odeint: argument 't' has t[{k}] = {value} after t[{k - 1}] = {times[k - 1]}, expected "
+                             "strictly increasing times")
+
+
+def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory):
+    """The general path: func's tensors found, func registered, one paraseq::user_odeint call."""
+    if step_size is None and method in _user_odeint.ADAPTIVE and rtol == 0 and atol == 0:
+        raise ValueError("odeint: arguments 'rtol' and 'atol' are both 0, expected rtol > 0 or atol > 0 for adaptive "
+                         f"steps (method {method!r} without a step_size)")
+    owner, function = _user_function.split(func)
+    tensors = _user_function.found_tensors(owner, function)
+    token = _user_function.register(owner, function)
+    t = t.detach().to(torch.float64)
+    if not torch.compiler.is_compiling():
+        _check_times(t)
+        if step_size is not None:
+            steps = math.ceil((t[-1].item() - t[0].item()) / step_size)
+            if steps > MAX_INT32:
+                raise ValueError(f"odeint: argument 'step_size' is {step_size}, which takes {steps} steps, expected "
+                                 "at most 2^31 - 1 steps (a larger step_size)")
+        _check_function(token, y0, t, tensors, one_trajectory)
+    observed = _user_odeint.user_odeint(token, y0, t, tensors, method, None if step_size is None else float(step_size),
+                                        rtol, atol, max_steps, one_trajectory)
+    return observed[:, 0] if one_trajectory else observed
+
+
+def _check_function(token, y0, t, tensors, one_trajectory):
+    """One evaluation at (t[0], y0) with every found tensor detached: its shape and dtype, and a
+    result that still requires grad (a tensor odeint did not find, whose gradient would be lost)."""
+    rhs = _user_odeint.make_rhs(token, [x.detach() for x in tensors], one_trajectory)
+    with torch.enable_grad():
+        probe = rhs(t[:1].to(y0.dtype).to(y0.device).expand(y0.shape[0], 1), y0.detach())
+    if probe.requires_grad:
+        raise ValueError("odeint: argument 'func' uses a tensor that requires grad which odeint does not find (found: "
+                         "an nn.Module's parameters and buffers, tensors it closes over, tensor defaults, tensors "
+                         "and modules it names as globals), so its gradient would be lost; make that tensor a "
+                         "parameter or buffer of an nn.Module, or a variable func closes over")

@@ -1,4 +1,5 @@
-"""What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream.
+"""What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
+and the general path (functions and cells of your own) on CUDA tensors against the CPU.
 
 conftest.py collects this module only when cuda is among the tested devices.
 """
@@ -46,3 +47,39 @@ def test_runs_on_the_current_stream():
         got = linear_scan(A, doubled, h0)
     side.synchronize()
     assert torch.allclose(got.cpu(), expected, rtol=0, atol=1e-12)
+
+
+# ---- the general path (functions and cells of your own) on CUDA tensors -------------------------------
+
+def test_user_right_hand_side_on_cuda_equals_cpu_in_double():
+    from paraseq import odeint
+    from test_user_functions import VanDerPol
+
+    results = []
+    for device in ("cpu", "cuda"):
+        model = VanDerPol(1.5).to(device)
+        y0 = torch.tensor([[2.0, 0.0], [0.5, -1.0]], dtype=torch.float64, device=device, requires_grad=True)
+        t = torch.linspace(0, 2, 5, dtype=torch.float64, device=device)
+        y = odeint(model, y0, t, rtol=1e-8, atol=1e-10)
+        assert y.device.type == device
+        grads = torch.autograd.grad(y.square().sum(), (y0, model.mu))
+        results.append([y.detach().cpu()] + [g.cpu() for g in grads])
+    for on_cuda, on_cpu in zip(results[1], results[0]):
+        assert torch.allclose(on_cuda, on_cpu, rtol=0, atol=1e-10)
+
+
+def test_user_cell_on_cuda_equals_cpu_in_double():
+    from paraseq import NewtonConfig, newton_apply
+    from test_user_functions import DenseGRU, TwoSlotCell, cell_case
+
+    for cell_type in (DenseGRU, TwoSlotCell):
+        cell, x, h0 = cell_case(cell_type, "cpu")
+        h = newton_apply(cell, x, NewtonConfig(max_iters=8), h0=h0)
+        grads = torch.autograd.grad(h.square().sum(), [x, h0] + list(cell.parameters()))
+        cell_cuda = cell.cuda()
+        x_cuda, h0_cuda = x.detach().cuda().requires_grad_(), h0.detach().cuda().requires_grad_()
+        h_cuda = newton_apply(cell_cuda, x_cuda, NewtonConfig(max_iters=8), h0=h0_cuda)
+        grads_cuda = torch.autograd.grad(h_cuda.square().sum(), [x_cuda, h0_cuda] + list(cell_cuda.parameters()))
+        assert torch.allclose(h_cuda.cpu(), h, rtol=0, atol=1e-12)
+        for a, b in zip(grads_cuda, grads):
+            assert torch.allclose(a.cpu(), b, rtol=1e-10, atol=1e-12)

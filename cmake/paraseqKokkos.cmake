@@ -35,6 +35,13 @@ elseif(PARASEQ_KOKKOS STREQUAL "AUTO")
 else()
   set(PARASEQ_KOKKOS_BUNDLED ON)
 endif()
+if(NOT PARASEQ_KOKKOS_BUNDLED)
+  foreach(setting IN ITEMS PARASEQ_BACKENDS FETCHCONTENT_SOURCE_DIR_KOKKOS)
+    if(DEFINED ${setting})
+      message(WARNING "${setting} is set, but it configures only the bundled Kokkos, and paraseq uses the installed Kokkos ${Kokkos_VERSION} of ${Kokkos_DIR} (PARASEQ_KOKKOS=${PARASEQ_KOKKOS}; BUNDLED builds the bundled one)")
+    endif()
+  endforeach()
+endif()
 
 if(PARASEQ_KOKKOS_BUNDLED)
   # Backends. The default: OpenMP and Serial on the host, and CUDA when a CUDA compiler is found.

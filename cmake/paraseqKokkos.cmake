@@ -52,6 +52,8 @@ if(PARASEQ_KOKKOS_BUNDLED)
     check_language(CUDA)
     if(CMAKE_CUDA_COMPILER)
       list(APPEND default_backends CUDA)
+    else()
+      message(STATUS "paraseq: no CUDA compiler found (nvcc on PATH, or CUDACXX): the bundled Kokkos is host-only")
     endif()
     set(PARASEQ_BACKENDS "${default_backends}" CACHE STRING
         "Kokkos backends of the bundled Kokkos (a list of: Serial, OpenMP, Threads, CUDA)")

@@ -4,6 +4,7 @@
 # source tree), the wheel is installed into a new virtual environment, and the CUDA tests run there.
 #
 #   tools/gpu_wheel.sh KOKKOS_SRC OUT
+#   PATH=/opt/torch/.venv/bin:$PATH tools/gpu_wheel.sh .kokkos-src /tmp/wheel   # on the H200 machine
 #
 # KOKKOS_SRC: a Kokkos source tree (given to CMake as FETCHCONTENT_SOURCE_DIR_KOKKOS). OUT receives
 # wheel.json (timings and what ran), wheel-build.log, pytest.log and the wheel under dist/.

@@ -109,6 +109,8 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
 
     def cmake_args(self):
         args = [
+            # Spack's Kokkos, never the one paraseq can build itself.
+            self.define("PARASEQ_KOKKOS", "SYSTEM"),
             self.define_from_variant("PARASEQ_ENABLE_KOKKOSKERNELS", "kernels"),
             self.define_from_variant("PARASEQ_ENABLE_TORCH", "torch"),
             self.define_from_variant("PARASEQ_ENABLE_TESTS", "tests"),

@@ -94,7 +94,6 @@ if [[ -n $baseline ]]; then
   wait || true
   if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
     bench /tmp/build-baseline "$out/bench-baseline.json"
-    bench "$build" "$out/bench-again.json"
   else
     tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
   fi

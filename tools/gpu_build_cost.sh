@@ -21,6 +21,9 @@ baseline=${3:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 mkdir -p "$out"
+# OUT/exit-status appears when the script ends, however it ends: poll for it (a `pgrep -f` of the
+# script's name also matches the shell that polls).
+trap 'echo $? >"$out/exit-status"' EXIT
 # The system compiler, as torch's: a second libstdc++ in one process aborts (docs/compatibility.md).
 export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 prefix=/tmp/paraseq-deps

@@ -100,6 +100,13 @@ class _OwnParameterField(Field):
 
 
 class DampedOscillator(_OwnParameterField):
+    """y0' = y1, y1' = -k y0 - c y1 (n = 2).
+
+    Parameters
+    ----------
+    k, c : float or torch.Tensor
+        Numbers, 0-d tensors or [N] tensors (one value per trajectory).
+    """
     name, state_size = "damped_oscillator", 2
 
     def __init__(self, k, c):
@@ -107,6 +114,13 @@ class DampedOscillator(_OwnParameterField):
 
 
 class LotkaVolterra(_OwnParameterField):
+    """x' = alpha x - beta x y, y' = delta x y - gamma y (n = 2).
+
+    Parameters
+    ----------
+    alpha, beta, delta, gamma : float or torch.Tensor
+        Numbers, 0-d tensors or [N] tensors (one value per trajectory).
+    """
     name, state_size = "lotka_volterra", 2
 
     def __init__(self, alpha, beta, delta, gamma):
@@ -114,6 +128,13 @@ class LotkaVolterra(_OwnParameterField):
 
 
 class SIR(_OwnParameterField):
+    """s' = -beta s i, i' = beta s i - gamma i, r' = gamma i (n = 3).
+
+    Parameters
+    ----------
+    beta, gamma : float or torch.Tensor
+        Numbers, 0-d tensors or [N] tensors (one value per trajectory).
+    """
     name, state_size = "sir", 3
 
     def __init__(self, beta, gamma):
@@ -126,6 +147,16 @@ def _require_tensor(field, name, value):
 
 
 class Linear(Field):
+    """y' = A y + b.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        [n, n] shared by all trajectories or [N, n, n] one per trajectory.
+    b : torch.Tensor, optional
+        [n] or [N, n]; zero when None.
+    """
+
     def __init__(self, A, b=None):
         _require_tensor("Linear", "A", A)
         if A.dim() not in (2, 3) or A.shape[-1] != A.shape[-2]:
@@ -154,6 +185,19 @@ class Linear(Field):
 
 
 class MLP(Field):
+    """y' = W2 tanh(W1 y + b1) + b2, a one-hidden-layer neural ODE with shared weights.
+
+    Parameters
+    ----------
+    W1 : torch.Tensor
+        [hidden, n], 1 <= hidden <= 128.
+    b1 : torch.Tensor
+        [hidden].
+    W2 : torch.Tensor
+        [n, hidden].
+    b2 : torch.Tensor
+        [n].
+    """
     name = "mlp"
     max_hidden = 128
 

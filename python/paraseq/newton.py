@@ -38,14 +38,37 @@ def _check_threshold(name, value):
 
 @dataclasses.dataclass(frozen=True)
 class NewtonConfig:
-    """How the Newton solve runs (docs/solvers.md, "Configuration").
+    """How the Newton solve runs (docs/solvers.md, "Configuration"); frozen, checked on creation.
 
-    scan_backend: "auto" (the measured rule), "newton" (one ordered scan per iteration; "scan" is
-    its former name and still accepted), "fused" (one kernel, windows on chip) or "sequential" (the
-    loop over t). residual_fail (default 1e-3): in eager mode a solve whose max |F| exceeds it or is
-    not finite raises NewtonDivergenceError; None accepts every result unchecked. residual_atol,
-    residual_fail and picard_adapt read the residual on the host: they are eager-only and ignored
-    while torch.compiler.is_compiling().
+    Parameters
+    ----------
+    max_iters : int
+        Newton iterations K (>= 0). Compiled graphs always run exactly K.
+    omega : float
+        Damping of each Newton update, 0 < omega <= 1 (1: undamped).
+    residual_atol : float, optional
+        Stop early once max |F| is at most this (eager mode, newton mode only); None: run K.
+    residual_fail : float, optional
+        In eager mode a solve whose max |F| exceeds this, or is not finite, raises
+        NewtonDivergenceError. Default 1e-3; None accepts every result unchecked.
+    picard_iters : int
+        Picard sweeps (h <- f(h_prev, x) for all t at once) before Newton's iterations.
+    picard_adapt : bool
+        On a failed residual check, retry with more Picard sweeps (eager mode).
+    scan_backend : {"auto", "newton", "fused", "sequential"}
+        "auto" takes the measured rule of docs/solvers.md; "newton" one ordered scan per iteration
+        ("scan", its former name, is still accepted); "fused" one kernel with windows on chip;
+        "sequential" the loop over t.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A value of the wrong type or out of range, naming the argument.
+
+    Notes
+    -----
+    residual_atol, residual_fail and picard_adapt read the residual on the host: they are
+    eager-only and ignored while ``torch.compiler.is_compiling()``.
     """
     max_iters: int = 3
     omega: float = 1.0
@@ -74,10 +97,26 @@ class NewtonConfig:
 
 
 def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> NewtonConfig:
-    """A fixed iteration count and no residual check: no host synchronisation, one graph.
+    """A NewtonConfig with a fixed iteration count and no residual check: no host synchronisation.
 
-    The C++ compile_safe_config(K) with the mode as a keyword; residual_fail is None, so an eager
-    call does not check the result either (read it with return_stats=True).
+    The C++ ``compile_safe_config(K)``. residual_fail is None, so an eager call does not check the
+    result either (read the residual with ``return_stats=True``).
+
+    Parameters
+    ----------
+    max_iters : int
+        Newton iterations K (>= 0).
+    scan_backend : {"auto", "newton", "fused", "sequential"}
+        As NewtonConfig's.
+
+    Returns
+    -------
+    NewtonConfig
+
+    Raises
+    ------
+    TypeError
+        max_iters given as a string (the backend is a keyword) or not an int.
     """
     if isinstance(max_iters, str):
         raise TypeError(f"compile_safe_config: argument 'max_iters' is {max_iters!r}, expected an int "
@@ -89,8 +128,13 @@ def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> Ne
 class NewtonDivergenceError(RuntimeError):
     """The solve's max |F| exceeded NewtonConfig.residual_fail after the last iteration, or was not finite.
 
-    residual: [B] float64 tensor, max over t and channels of |F_t(h)| per batch element (None when
-    the C++ solver raised it itself, as with picard_adapt); residual_fail: the threshold.
+    Attributes
+    ----------
+    residual : torch.Tensor or None
+        [B] float64: the max over t and channels of |F_t(h)| per batch element (None when the C++
+        solver raised it itself, as with picard_adapt).
+    residual_fail : float
+        The threshold.
     """
 
     def __init__(self, message, residual=None, residual_fail=None):
@@ -99,7 +143,14 @@ class NewtonDivergenceError(RuntimeError):
 
 
 class NewtonStats(NamedTuple):
-    residual: torch.Tensor  # [B], float64: max over t and channels of |F_t(h)| at the result
+    """What ``newton_apply(..., return_stats=True)`` returns beside the states.
+
+    Attributes
+    ----------
+    residual : torch.Tensor
+        [B] float64: the max over t and channels of |F_t(h)| at the result.
+    """
+    residual: torch.Tensor
 
 
 def _check_size(module, name, value):
@@ -115,8 +166,30 @@ def _init_uniform(tensor, hidden_size):
 
 
 class ParaGRU(nn.Module):
-    """h' = z c + (1 - z) h with z = s(a_z h + u_z), r = s(a_r h + u_r), c = tanh(a_c (h r) + u_c),
-    u = in_proj(x) with gates (z, r, c); recurrent = (a_z, a_r, a_c)."""
+    """ParaRNN's GRU with diagonal recurrence, solved for all t at once by newton_apply.
+
+    h' = z c + (1 - z) h with z = s(a_z h + u_z), r = s(a_r h + u_r), c = tanh(a_c (h r) + u_c),
+    u = in_proj(x) with gates (z, r, c); s is the logistic sigmoid.
+
+    Parameters
+    ----------
+    input_size : int
+        Features of x.
+    hidden_size : int
+        H, the state size.
+    bias : bool
+        Whether in_proj has a bias.
+    config : NewtonConfig, optional
+        How forward() solves (default NewtonConfig()).
+
+    Attributes
+    ----------
+    in_proj : torch.nn.Linear
+        [3H, input_size] weight (and [3H] bias): u = in_proj(x).
+    recurrent : torch.nn.Parameter
+        [3, H]: (a_z, a_r, a_c).
+    config : NewtonConfig
+    """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
                  config: Optional[NewtonConfig] = None):
@@ -130,6 +203,7 @@ class ParaGRU(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply."""
         return newton_apply(self, x, self.config, h0=h0)
 
     def sequential(self, x, h0=None):
@@ -149,9 +223,30 @@ class ParaGRU(nn.Module):
 
 
 class ParaLSTM(nn.Module):
-    """c' = f c + (1 - f) c~, h' = o tanh(c') with f = s(a_f h + p_f c + u_f), c~ = tanh(a_c h + u_c),
-    o = s(a_o h + p_o c' + u_o), u = in_proj(x) with gates (f, c, o); recurrent = (a_f, a_c, a_o),
-    peephole = (p_f, p_o)."""
+    """ParaRNN's LSTM with diagonal recurrence and peepholes, solved for all t at once by newton_apply.
+
+    c' = f c + (1 - f) c~, h' = o tanh(c') with f = s(a_f h + p_f c + u_f), c~ = tanh(a_c h + u_c),
+    o = s(a_o h + p_o c' + u_o), u = in_proj(x) with gates (f, c, o); s is the logistic sigmoid.
+
+    Parameters
+    ----------
+    input_size : int
+        Features of x.
+    hidden_size : int
+        H, the size of h and of c.
+    config : NewtonConfig, optional
+        How forward() solves (default NewtonConfig()).
+
+    Attributes
+    ----------
+    in_proj : torch.nn.Linear
+        [3H, input_size] weight and [3H] bias: u = in_proj(x).
+    recurrent : torch.nn.Parameter
+        [3, H]: (a_f, a_c, a_o).
+    peephole : torch.nn.Parameter
+        [2, H]: (p_f, p_o).
+    config : NewtonConfig
+    """
 
     def __init__(self, input_size: int, hidden_size: int, config: Optional[NewtonConfig] = None):
         super().__init__()
@@ -167,6 +262,8 @@ class ParaLSTM(nn.Module):
 
     def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                 return_cell_state: bool = False):
+        """h [B, T, H] (and c with return_cell_state) for x [B, T, input_size] and h0 a pair
+        (h0, c0) of [B, H] (zero when None): newton_apply."""
         return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state)
 
     def sequential(self, x, h0=None, return_cell_state=False):
@@ -271,25 +368,58 @@ def _divergence(residual, residual_fail, iterations):
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
                  return_cell_state: bool = False, *, compile: Union[str, bool] = "auto"):
-    """Solves the cell's recurrence over x [B, T, input_size] for all t at once; returns h [B, T, H].
+    """Solves a cell's recurrence h_t = f(h_{t-1}, x_t) over x for all t at once, by Newton's method.
 
-    ParaLSTM: h0 is a pair (h0, c0) of [B, H]; return_cell_state=True returns (h, c). return_stats
-    appends NewtonStats. In eager mode, cfg.residual_fail (default 1e-3) refuses a diverged or
-    non-finite solve with NewtonDivergenceError; compiled graphs run the fixed cfg.max_iters and
-    report the residual only in the stats. Outer autocast is disabled inside, in the forward and the
-    backward: the projection and the solve run in the module's dtype (x, floating point, is
-    converted to it); float16/bfloat16 are stored as such and computed in float32.
+    Parameters
+    ----------
+    cell : ParaGRU, ParaLSTM or torch.nn.Module
+        A built-in cell (its C++ operators) or a cell of your own: any module with an int
+        ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
+        ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
+        the default). A cell of your own takes the general path: Newton's iterations in PyTorch,
+        Jacobians of step from torch.func, one linear_scan per iteration, gradients by the adjoint
+        recurrence (one reverse linear_scan and one vjp of step over all t). See docs/migration.md.
+    x : torch.Tensor
+        [B, T, input_size], floating point; converted to the module's dtype.
+    cfg : NewtonConfig, optional
+        Default: ``cell.config`` (NewtonConfig() for a cell of your own without one). A cell of your
+        own needs scan_backend "auto" or "newton" and no picard_adapt.
+    h0 : torch.Tensor or tuple, optional
+        The state before t = 0: [B, H] (ParaGRU; [B, H] or [B, state_slots, H] for a cell of your
+        own), a pair (h0, c0) of [B, H] for ParaLSTM; zero when None.
+    return_stats : bool
+        Also return NewtonStats.
+    return_cell_state : bool
+        ParaLSTM only: return (h, c).
+    compile : {"auto", True, False}
+        For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
+        from the cell) is not available yet and raises. The built-in cells always run their
+        operators ("auto" or True).
 
-    A cell of your own (any nn.Module with an int hidden_size and step(h_prev, x), pararnn's RNNCell
-    protocol; optional state_slots 1, 2 or 4 and jac_structure "diag", "block2", "block4" or
-    "dense", the default) takes the general path: Newton's iterations in PyTorch, Jacobians of step
-    from torch.func, one linear_scan per iteration, gradients by the adjoint recurrence (one reverse
-    linear_scan and one vjp of step over all t). h0 is [B, H] (or [B, state_slots, H]), h has the
-    state's layout; scan_backend must be "auto" or "newton"; cfg defaults to cell.config when it is
-    a NewtonConfig. In eager mode with residual_fail set, a declared jac_structure is checked
-    against step (one jvp) and a wrong one raises. compile: "auto" and False take that path; True
-    (generated C++ kernels for the cell) is not available yet and raises. ParaGRU and ParaLSTM
-    always run their C++ operators (compile "auto" or True). See docs/migration.md.
+    Returns
+    -------
+    torch.Tensor or tuple
+        h [B, T, H] (a cell of your own: the state's layout), or (h, c) with return_cell_state,
+        followed by NewtonStats when return_stats. Gradients reach x, h0 and the cell's parameters
+        through the adjoint recurrence; gradients of gradients raise.
+
+    Raises
+    ------
+    NewtonDivergenceError
+        In eager mode, when max |F| after the last iteration exceeds ``cfg.residual_fail``
+        (default 1e-3) or is not finite. Compiled graphs run the fixed ``cfg.max_iters`` and report
+        the residual only in the stats.
+    TypeError, ValueError
+        Bad arguments, naming the argument, what was given and what was expected; a declared
+        jac_structure that step does not have (checked with one jvp in eager mode).
+    NotImplementedError
+        ``compile=True`` for a cell of your own.
+
+    Notes
+    -----
+    An outer autocast is disabled inside, in the forward and the backward: the projection and the
+    solve run in the module's dtype; float16/bfloat16 modules are stored as such and computed in
+    float32.
     """
     _check_compile_argument("newton_apply", compile)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):

@@ -13,12 +13,40 @@ STRUCTURES = ("diag", "block", "dense")
 
 def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = None, structure: str = "diag",
                 reverse: bool = False) -> torch.Tensor:
-    """h_t = A_t h_{t-1} + b_t with h_{-1} = h0 (zero when None); returns h [B, T, N].
+    """Solves h_t = A_t h_{t-1} + b_t for all t at once, with paraseq's ordered parallel scan.
 
-    A: [B, T, N] ("diag"), [B, T, N/k, k, k] ("block", k = 2, 3 or 4) or [B, T, N, N] ("dense",
-    N <= 32); b: [B, T, N]; h0: [B, N]. reverse=True returns lambda with lambda_{T-1} = b_{T-1} and
-    lambda_t = A_{t+1}^T lambda_{t+1} + b_t (the adjoint recurrence; h0 must be None).
-    float16/bfloat16 are stored as such and accumulated in float32.
+    Parameters
+    ----------
+    A : torch.Tensor
+        The transitions: [B, T, N] for ``structure="diag"``, [B, T, N/k, k, k] for ``"block"``
+        (k = 2, 3 or 4: N/k blocks of k x k) or [B, T, N, N] for ``"dense"`` (N <= 32). b's dtype
+        and device.
+    b : torch.Tensor
+        The inputs, [B, T, N]: float32, float64, float16 or bfloat16 (the last two are stored as
+        such and accumulated in float32), on the CPU or a CUDA device.
+    h0 : torch.Tensor, optional
+        The state before t = 0, [B, N]; zero when None.
+    structure : {"diag", "block", "dense"}
+        The structure of each A_t.
+    reverse : bool
+        Solve the adjoint recurrence instead: lambda_{T-1} = b_{T-1} and
+        lambda_t = A_{t+1}^T lambda_{t+1} + b_t. h0 must then be None.
+
+    Returns
+    -------
+    torch.Tensor
+        h (or lambda), [B, T, N], in b's dtype. Gradients reach A, b and h0 (the backward is
+        another scan), also gradients of gradients.
+
+    Raises
+    ------
+    TypeError
+        An argument that is not a tensor, or tensors of different dtypes.
+    ValueError
+        A structure other than the three, shapes that do not match (the message names the argument
+        and the expected shape), h0 with ``reverse=True``.
+    RuntimeError
+        Tensors on different devices, or a device this build has no kernels for.
     """
     if structure not in STRUCTURES:
         raise ValueError(f"linear_scan: argument 'structure' is {structure!r}, "

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "docs" / "api.md"
 HEADERS = [
     "core/linear_scan.hpp", "core/structure.hpp", "core/views.hpp", "core/ordered_scan.hpp",
-    "solvers/newton_config.hpp", "solvers/cell.hpp", "solvers/cells.hpp", "solvers/newton.hpp",
+    "solvers/newton_config.hpp", "solvers/cell.hpp", "solvers/cells.hpp", "solvers/newton.hpp", "solvers/cell_step.hpp",
     "solvers/newton_backward.hpp", "solvers/input_projection.hpp",
     "loops/options.hpp", "loops/field.hpp", "loops/fields.hpp", "loops/tableaus.hpp", "loops/integrate.hpp",
 ]
@@ -74,7 +74,7 @@ def python_entries():
         out += [f"### `{qualified}`", "", f"```python\n{kind} {qualified.split('.')[-1]}{signature}\n```", ""]
         out.append(markdown_docstring(obj.__doc__ or "(no docstring)"))
         if inspect.isclass(obj):
-            for method in ("forward", "sequential"):
+            for method in ("forward", "step", "sequential"):
                 member = obj.__dict__.get(method)
                 if member is not None and member.__doc__:
                     out += [f"`{method}{inspect.signature(member)}`: {inspect.cleandoc(member.__doc__)}", ""]

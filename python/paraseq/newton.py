@@ -206,6 +206,12 @@ class ParaGRU(nn.Module):
         """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply."""
         return newton_apply(self, x, self.config, h0=h0)
 
+    def step(self, h_prev: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """One step, for decoding: h_t [B, H] from h_prev = h_{t-1} [B, H] (zero when None) and
+        x = x_t [B, input_size]. The step is the solve's sequential mode over one step (C++
+        ``cell_step``), so stepping a sequence reproduces newton_apply's states; differentiable."""
+        return newton_apply(self, _one_step_input(self, x, h_prev), _STEP_CONFIG, h0=h_prev).squeeze(1)
+
     def sequential(self, x, h0=None):
         """The reference: the loop over t in PyTorch, in the dtype of x and the module."""
         u = self.in_proj(x)
@@ -266,6 +272,17 @@ class ParaLSTM(nn.Module):
         (h0, c0) of [B, H] (zero when None): newton_apply."""
         return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state)
 
+    def step(self, state_prev: Optional[Tuple[torch.Tensor, torch.Tensor]],
+             x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One step, for decoding: (h_t, c_t), each [B, H], from state_prev = (h_{t-1}, c_{t-1})
+        (zero when None) and x = x_t [B, input_size]. The step is the solve's sequential mode over
+        one step (C++ ``cell_step``), so stepping a sequence reproduces newton_apply's states;
+        differentiable."""
+        x_seq = _one_step_input(self, x, state_prev)
+        h0 = tuple(state_prev) if state_prev is not None else None
+        h, c = newton_apply(self, x_seq, _STEP_CONFIG, h0=h0, return_cell_state=True)
+        return h.squeeze(1), c.squeeze(1)
+
     def sequential(self, x, h0=None, return_cell_state=False):
         """The reference: the loop over t in PyTorch. h0 is a pair (h0, c0) of [B, H] or None."""
         u = self.in_proj(x)
@@ -282,6 +299,31 @@ class ParaLSTM(nn.Module):
             cs.append(c)
         h_all, c_all = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
         return (h_all, c_all) if return_cell_state else h_all
+
+
+# A decoding step: the sequential mode over one step is exact, so nothing to iterate or check.
+_STEP_CONFIG = NewtonConfig(max_iters=0, residual_fail=None, scan_backend="sequential")
+
+
+def _one_step_input(cell, x, state_prev):
+    """x_t [B, input_size] as a sequence of one step, [B, 1, input_size], after checking x and the
+    state before the step (h_prev [B, H]; for ParaLSTM a pair (h, c) of them, or None)."""
+    function = f"{type(cell).__name__}.step"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{function}: argument 'x' is a {type(x).__name__}, expected a tensor "
+                        f"[B, {cell.input_size}] ([B, input_size])")
+    if x.dim() != 2 or x.shape[-1] != cell.input_size:
+        raise ValueError(f"{function}: argument 'x' has shape {list(x.shape)}, "
+                         f"expected [B, {cell.input_size}] ([B, input_size]: one step)")
+    if isinstance(cell, ParaLSTM) and state_prev is not None:
+        if not (isinstance(state_prev, (tuple, list)) and len(state_prev) == 2):
+            raise TypeError(f"{function}: argument 'state_prev' is a {type(state_prev).__name__}, expected None or a "
+                            "pair (h, c) of [B, hidden_size] tensors")
+        for name, tensor in zip(("state_prev[0] (h)", "state_prev[1] (c)"), state_prev):
+            _check_initial_state(name, tensor, x, cell, function)
+    elif state_prev is not None:
+        _check_initial_state("h_prev", state_prev, x, cell, function)
+    return x.unsqueeze(1)
 
 
 class _ProjectionWithoutAutocast(torch.autograd.Function):
@@ -324,17 +366,17 @@ def _check_parameter(cell, name, tensor, shape):
                          f"{list(shape)} (from input_size = {cell.input_size}, hidden_size = {cell.hidden_size})")
 
 
-def _check_initial_state(name, tensor, x, cell):
+def _check_initial_state(name, tensor, x, cell, function="newton_apply"):
     expected = [x.shape[0], cell.hidden_size]
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"newton_apply: argument '{name}' is a {type(tensor).__name__}, expected a tensor {expected} "
+        raise TypeError(f"{function}: argument '{name}' is a {type(tensor).__name__}, expected a tensor {expected} "
                         "([B, hidden_size])")
     if list(tensor.shape) != expected:
-        raise ValueError(f"newton_apply: argument '{name}' has shape {list(tensor.shape)}, expected {expected} "
+        raise ValueError(f"{function}: argument '{name}' has shape {list(tensor.shape)}, expected {expected} "
                          "([B, hidden_size])")
     dtype = cell.recurrent.dtype
     if tensor.dtype != dtype:
-        raise TypeError(f"newton_apply: argument '{name}' has dtype {tensor.dtype}, expected {dtype} (the module's dtype)")
+        raise TypeError(f"{function}: argument '{name}' has dtype {tensor.dtype}, expected {dtype} (the module's dtype)")
 
 
 def _initial_state(cell, x, h0):

@@ -461,3 +461,75 @@ def test_dynamic_shapes_compile_once_with_gradients(device, module):
             compiled, = torch.autograd.grad(loss(x), x)
             eager, = torch.autograd.grad(newton_apply(cell, x, compile_safe_config()).square().sum(), x)
             torch.testing.assert_close(compiled, eager)
+
+
+# ---- decoding: cell.step ----------------------------------------------------------------------------
+
+def test_gru_step_decodes_what_newton_apply_solved(device):
+    torch.manual_seed(7)
+    cell = ParaGRU(4, 6).to(device, torch.float64)
+    T = 20
+    x = torch.rand(3, T, 4, dtype=torch.float64, device=device) * 3 - 1.5
+    h0 = torch.rand(3, 6, dtype=torch.float64, device=device) - 0.5
+    for initial in (h0, None):
+        for backend in ("newton", "fused"):  # Newton on T steps is exact after T iterations
+            solved = newton_apply(cell, x, NewtonConfig(max_iters=T, scan_backend=backend), h0=initial)
+            h = initial
+            for t in range(T):
+                h = cell.step(h, x[:, t])
+                torch.testing.assert_close(h, solved[:, t], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gru_loop(cell, x[:, :1], h0)[:, 0], cell.step(h0, x[:, 0]), rtol=1e-14, atol=1e-14)
+
+
+def test_lstm_step_decodes_what_newton_apply_solved(device):
+    torch.manual_seed(8)
+    cell = ParaLSTM(3, 5).to(device, torch.float64)
+    T = 16
+    x = torch.rand(2, T, 3, dtype=torch.float64, device=device) * 3 - 1.5
+    for backend in ("newton", "fused"):
+        h_solved, c_solved = newton_apply(cell, x, NewtonConfig(max_iters=T, scan_backend=backend),
+                                          return_cell_state=True)
+        state = None
+        for t in range(T):
+            state = cell.step(state, x[:, t])
+            torch.testing.assert_close(state[0], h_solved[:, t], rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(state[1], c_solved[:, t], rtol=1e-12, atol=1e-12)
+    h_loop, c_loop = lstm_loop(cell, x[:, :1])
+    h1, c1 = cell.step(None, x[:, 0])
+    torch.testing.assert_close((h1, c1), (h_loop[:, 0], c_loop[:, 0]), rtol=1e-14, atol=1e-14)
+
+
+def test_step_gradcheck_in_double(device):
+    gru = ParaGRU(3, 4).to(device, torch.float64)
+    x = (torch.rand(2, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
+    h = (torch.rand(2, 4, dtype=torch.float64, device=device) - 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, h, *params: gru.step(h, x), (x, h, *gru.parameters()))
+    lstm = ParaLSTM(3, 4).to(device, torch.float64)
+    c = (torch.rand(2, 4, dtype=torch.float64, device=device) - 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, h, c, *params: lstm.step((h, c), x), (x, h, c, *lstm.parameters()))
+
+
+def test_step_compiles_without_graph_breaks_and_equals_eager(device):
+    cell = ParaLSTM(4, 8).to(device)
+    x = torch.randn(2, 4, device=device)
+    state = (torch.randn(2, 8, device=device), torch.randn(2, 8, device=device))
+    decode = lambda z: cell.step(cell.step(state, z), z)
+    assert graph_break_count(decode, x) == 0
+    compiled = torch.compile(decode, fullgraph=True)
+    for got, expected in zip(compiled(x), decode(x)):
+        assert torch.equal(got, expected)
+
+
+def test_step_errors_name_the_argument(device):
+    gru, lstm = ParaGRU(4, 6).to(device), ParaLSTM(4, 6).to(device)
+    x = torch.randn(2, 4, device=device)
+    with pytest.raises(ValueError, match=r"ParaGRU.step: argument 'x' has shape \[2, 1, 4\], expected \[B, 4\]"):
+        gru.step(None, x.unsqueeze(1))
+    with pytest.raises(TypeError, match="ParaGRU.step: argument 'x' is a list"):
+        gru.step(None, [1.0])
+    with pytest.raises(ValueError, match=r"ParaGRU.step: argument 'h_prev' has shape \[2, 5\], expected \[2, 6\]"):
+        gru.step(torch.zeros(2, 5, device=device), x)
+    with pytest.raises(TypeError, match="ParaLSTM.step: argument 'state_prev' is a Tensor, expected None or a pair"):
+        lstm.step(torch.zeros(2, 6, device=device), x)
+    with pytest.raises(ValueError, match=r"ParaLSTM.step: argument 'state_prev\[1\] \(c\)' has shape \[3, 6\]"):
+        lstm.step((torch.zeros(2, 6, device=device), torch.zeros(3, 6, device=device)), x)

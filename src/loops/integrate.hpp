@@ -416,11 +416,16 @@ AdaptiveControl<T, typename Space::memory_space> build_control(const std::string
   return control;
 }
 
-// Runs f(std::integral_constant<int, Capacity>): n itself when known at compile time, else the
-// smallest of 8, 32 and 64 that holds it.
-template <class Field, class F>
+// Runs f(std::integral_constant<int, Capacity>): n itself when known at compile time, else, on a
+// device, the smallest of 8, 32 and 64 that holds it (a GPU thread's arrays beyond its registers
+// go to local memory, which the GPU reserves for every thread it can hold). A host thread's arrays
+// are on its stack, where a larger capacity costs only space: hosts compile one, 64, a third of
+// the kernels.
+template <class Field, class Space, class F>
 void with_capacity(int n, const F& f) {
   if constexpr (Field::state_size != runtime_size) f(std::integral_constant<int, Field::state_size>{});
+  else if constexpr (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible)
+    f(std::integral_constant<int, max_state_size>{});
   else if (n <= 8) f(std::integral_constant<int, 8>{});
   else if (n <= 32) f(std::integral_constant<int, 32>{});
   else f(std::integral_constant<int, max_state_size>{});
@@ -550,7 +555,7 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
   int fixed_steps = 0;
   if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
   Report<typename Space::memory_space> report;
-  with_capacity<Field>(n, [&](auto capacity) {
+  with_capacity<Field, Space>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
     if (Modes == CompiledModes::fused_only || mode == LoopMode::fused) {
       report = allocate_report(space, N, arena);
@@ -779,7 +784,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   else report = allocate_report(space, N);
   Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
 
-  with_capacity<Field>(n, [&](auto capacity) {
+  with_capacity<Field, Space>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
     int most_steps = report.max_accepted;
     if constexpr (!adaptive) most_steps = stepping.steps;

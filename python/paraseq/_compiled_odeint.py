@@ -27,9 +27,11 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _field_codegen, _library, _user_function, _user_odeint
 
@@ -92,7 +94,9 @@ def build_settings():
     compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
     if not compiler or not shutil.which(compiler):
         raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {compiler or 'c++ and g++'})")
-    source = Path(description["paraseq_source_dir"])
+    source = description_path.parent / description["paraseq_source_dir"]  # relative: to the description's
+    if not (source / "adapters" / "torch" / "odeint_integrate.hpp").is_file():
+        raise BuildUnavailable(f"paraseq's headers were not found in {source}")
     kokkos_config = next((Path(d) / "KokkosCore_config.h" for d in description["include_dirs"]
                           if (Path(d) / "KokkosCore_config.h").is_file()), None)
     if kokkos_config is None:
@@ -295,9 +299,13 @@ def _register(ext):
 def choose(token, n, dtype, device_type, method, one_trajectory, compile) -> str:
     """The namespace of func's extension, or "" for the general path (under compile="auto", with
     a warning naming why). Runs at trace time under torch.compile (the result is a constant)."""
-    import warnings
+    with unset_fake_temporarily():  # under torch.compile the tracer's fake mode is active here
+        return _choose(token, n, dtype, device_type, method, one_trajectory, compile)
+
+
+def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
     owner, function = _user_function.split(_user_function.entry(token).callable())
-    tensors = _user_function.found_tensors(owner, function)
+    tensors = [x.detach() for x in _user_function.found_tensors(owner, function)]
     compute_dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     try:
         if device_type != "cpu":
@@ -314,7 +322,7 @@ def choose(token, n, dtype, device_type, method, one_trajectory, compile) -> str
         raise NotImplementedError(f"odeint: argument 'compile' is True, but the compiled path cannot take this "
                                   f"function: {reason}; pass compile='auto' or False for the general path") from None
     warnings.warn(f"odeint: compile='auto' takes the general path for this function: the compiled path {reason}",
-                  stacklevel=4)
+                  stacklevel=5)
     return ""
 
 

@@ -146,6 +146,11 @@ def _name(target):
         getattr(target, "__name__", str(target))
 
 
+def _shape(node):
+    """A traced value's shape as ints (under torch.compile the trace's sizes are SymInts)."""
+    return tuple(int(size) for size in node.meta["val"].shape)
+
+
 def _describe(node):
     return f"the operation {node.target}" if node.op == "call_function" else f"a graph node of kind {node.op}"
 
@@ -176,7 +181,7 @@ class FieldGenerator:
         return _array(name, shape, active, batched)
 
     def row_shape(self, node, batched):
-        shape = tuple(node.meta["val"].shape)
+        shape = _shape(node)
         if batched and not self.one_trajectory:
             if not shape or shape[0] != TRACE_BATCH:
                 raise Unsupported(f"{_describe(node)} giving shape {list(shape)}, which moves the trajectories' "
@@ -286,7 +291,7 @@ class FieldGenerator:
         batched = any(self.values[i].batched for i in inputs) and not self.one_trajectory
         codes = {}
         for k, i in enumerate(inputs):
-            shape = tuple(i.meta["val"].shape)
+            shape = _shape(i)
             codes[i] = (torch.arange(math.prod(shape), dtype=torch.int64) + (k << 32)).reshape(shape)
         substitute = lambda a: codes[a] if isinstance(a, torch.fx.Node) else a
         result = operation.target(*torch.fx.node.map_aggregate(operation.args, substitute),
@@ -343,7 +348,7 @@ class FieldGenerator:
             raise Unsupported(f"{_describe(node)} with beta or alpha other than 1")
         bias_arg, a_arg, b_arg = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
         a, b = self.factor(a_arg), self.factor(b_arg)
-        full_a, full_b = tuple(a_arg.meta["val"].shape), tuple(b_arg.meta["val"].shape)
+        full_a, full_b = _shape(a_arg), _shape(b_arg)
         batch = not self.one_trajectory
         if batch and b is not None and b.batched:
             raise Unsupported(f"{_describe(node)} with the state in its second factor along the trajectories "
@@ -417,7 +422,7 @@ class FieldGenerator:
             name, source = _name(node.target), node.args[0]
             swaps = name == "t" or (name == "permute" and list(node.args[1]) in ([1, 0], [-1, -2], [-1, 0], [1, -2])) \
                 or (name == "transpose" and sorted(d % 2 for d in node.args[1:3]) == [0, 1])
-            if not swaps or len(source.meta["val"].shape) != 2 or _depends_on(source, self.state_nodes):
+            if not swaps or len(_shape(source)) != 2 or _depends_on(source, self.state_nodes):
                 continue
             users = self.uses.get(node, [])
             factor = lambda user: _name(user.target) in _PRODUCTS and \
@@ -432,7 +437,7 @@ class FieldGenerator:
         self.state_nodes = {t_node, y_node}
         self.transposes = {}
         self.find_transposes()
-        self.values[t_node] = Value(tuple(t_node.meta["val"].shape)[0 if self.one_trajectory else 1:],
+        self.values[t_node] = Value(_shape(t_node)[0 if self.one_trajectory else 1:],
                                     lambda i: "t", None, batched=True)
         self.values[y_node] = Value((self.n,), lambda i: f"y[{i}]", lambda i: f"y_bar[{i}]", batched=True)
         offset = 0

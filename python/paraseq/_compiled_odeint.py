@@ -196,7 +196,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> odeint_backward(const at::Tensor&
 }} // namespace
 
 TORCH_LIBRARY({namespace}, m) {{
-  m.def("odeint(Tensor y0, Tensor t, Tensor shared, float? step_size, float rtol, float atol, int max_steps) -> Tensor");
+  m.def("odeint(Tensor y0, Tensor t, Tensor shared, float? step_size, float rtol, float atol, int max_steps) "
+        "-> Tensor");
   m.def("odeint_backward(Tensor y0, Tensor t, Tensor shared, float? step_size, float rtol, float atol, int max_steps, "
         "Tensor grad_y) -> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
 }}
@@ -315,12 +316,12 @@ def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
                                              "float64 states)")
         return extension(token, tensors, n, compute_dtype, method, one_trajectory).namespace
     except _field_codegen.Unsupported as error:
-        reason = f"it does not support {error}"
+        reason = f"does not support {error}"
     except BuildUnavailable as error:
-        reason = f"it is not available here: {error}"
+        reason = f"is not available here: {error}"
     if compile is True:
-        raise NotImplementedError(f"odeint: argument 'compile' is True, but the compiled path cannot take this "
-                                  f"function: {reason}; pass compile='auto' or False for the general path") from None
+        raise NotImplementedError(f"odeint: argument 'compile' is True, but the compiled path {reason}; pass "
+                                  "compile='auto' or False for the general path") from None
     warnings.warn(f"odeint: compile='auto' takes the general path for this function: the compiled path {reason}",
                   stacklevel=5)
     return ""

@@ -74,8 +74,10 @@ def _strides(shape):
 def _literal(value):
     """A C++ literal of a Python number, exact for doubles."""
     value = float(value)
+    if math.isnan(value):
+        return "S(Kokkos::Experimental::quiet_NaN<double>::value)"
     if math.isinf(value):
-        return "Kokkos::Experimental::infinity<S>::value" if value > 0 else "-Kokkos::Experimental::infinity<S>::value"
+        return f"S({'' if value > 0 else '-'}Kokkos::Experimental::infinity<double>::value)"
     if value == int(value) and abs(value) < 2**53:
         return f"S({int(value)})"
     return f"S({value!r})"
@@ -96,12 +98,14 @@ class Value:
 
 
 def _array(name, shape, active, batched):
+    """A value computed into a local array (or variable) `name`, its adjoint into g_<name>."""
     if math.prod(shape) == 1:  # a number: no array
         return Value(shape, lambda i: name, (lambda i: f"g_{name}") if active else None, batched)
     return Value(shape, lambda i: f"{name}[{i}]", (lambda i: f"g_{name}[{i}]") if active else None, batched)
 
 
 def _number(x):
+    """A Python number operand."""
     return Value((), lambda i: _literal(x))
 
 
@@ -135,15 +139,15 @@ KOKKOS_INLINE_FUNCTION S power(const S& x, double c) {
 _MOVES = {"select", "slice", "unsqueeze", "squeeze", "squeeze_", "view", "_unsafe_view", "reshape", "t",
           "transpose", "permute", "expand", "clone", "alias", "cat", "stack", "unbind", "lift_fresh_copy",
           "detach", "contiguous", "flatten", "unflatten", "narrow", "split", "split_with_sizes", "chunk",
-          "movedim", "repeat", "flip", "index_select"}
+          "movedim", "repeat", "flip"}
 _PRODUCTS = {"mm", "addmm", "mv", "dot"}
 
 
 def _name(target):
     if target is operator.getitem:
         return "getitem"
-    return getattr(target, "_overloadpacket", target).__name__ if hasattr(target, "_overloadpacket") else \
-        getattr(target, "__name__", str(target))
+    packet = getattr(target, "_overloadpacket", None)  # aten.add.Tensor -> add
+    return packet.__name__ if packet is not None else getattr(target, "__name__", str(target))
 
 
 def _shape(node):
@@ -222,11 +226,10 @@ class FieldGenerator:
     def emit_loop(self, lines, shape, body):
         heads, variables, index = self.loops(shape)
         statement = body(variables, index)
-        if not heads:
-            lines.append(statement)
+        if len(heads) <= 1:
+            lines.append(" ".join(heads + [statement]))
         else:
-            lines.append(" ".join(heads) + " " + statement) if len(heads) == 1 else \
-                lines.extend([" ".join(heads) + " {", "  " + statement, "}"])
+            lines.extend([" ".join(heads) + " {", "  " + statement, "}"])
 
     # -- operations --
     def elementwise(self, node, operands, forward, derivatives):
@@ -238,7 +241,8 @@ class FieldGenerator:
         def reads(variables):
             return [v.read(self.broadcast_index(v, shape, variables)) for v in operands]
 
-        self.emit_loop(self.forward, shape, lambda variables, index: f"{out.read(index)} = {forward(*reads(variables))};")
+        self.emit_loop(self.forward, shape,
+                       lambda variables, index: f"{out.read(index)} = {forward(*reads(variables))};")
         if active:
             lines = []
             for k, v in enumerate(operands):
@@ -353,7 +357,7 @@ class FieldGenerator:
         if batch and b is not None and b.batched:
             raise Unsupported(f"{_describe(node)} with the state in its second factor along the trajectories "
                               "(write y @ W.T, not W @ y.T)")
-        per_row_a = batch and a is not None and a.batched  # a is [N, K] (or [N, K] for mv): a vector of K per trajectory
+        per_row_a = batch and a is not None and a.batched  # a is [N, K]: a vector of K per trajectory
         if name in ("mm", "addmm"):
             I, K = (1, full_a[1]) if per_row_a else full_a
             J = full_b[1]
@@ -377,7 +381,8 @@ class FieldGenerator:
         out = self.fresh(out_shape, active, batched, f"aten.{name}: ({I} x {K}) times ({K} x {J})")
         i, j = ("i" if I > 1 else "0"), ("j" if J > 1 else "0")
         o = _flat([(i, J), (j, 1)])
-        heads = ([f"for (int i = 0; i < {I}; ++i)"] if I > 1 else []) + ([f"for (int j = 0; j < {J}; ++j)"] if J > 1 else [])
+        heads = ([f"for (int i = 0; i < {I}; ++i)"] if I > 1 else []) + \
+            ([f"for (int j = 0; j < {J}; ++j)"] if J > 1 else [])
         out_variables = {2: ["i", "j"], 1: ["j" if I == 1 else "i"], 0: []}[len(out_shape)]
         bias_at = self.broadcast_index(bias, out_shape, out_variables) if bias is not None else None
         term = f"{a.read(a_at(i, 'k'))} * {b.read(b_at('k', j))}"

@@ -47,16 +47,18 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     [len(t), N, n] (or [len(t), n]) as torchdiffeq does, result[0] = y0.
 
     func: a built-in field (paraseq.fields: one C++ operator) or any callable of your own (a
-    function, a closure, an nn.Module), the general path: the same methods and step rules in
-    PyTorch, one custom operator under torch.compile. It is called as func(t, y) with y [N, n] and
-    t [N, 1] (each trajectory's own time: adaptive steps differ per trajectory), or y [n] and a 0-d
-    t for y0 [n], and must return y's shape and dtype, treating rows independently. Gradients reach
-    y0 and the tensors it uses that odeint finds: an nn.Module's parameters and buffers (func, the
-    owner of a bound method, or a module it closes over), tensors it closes over and tensor
-    defaults; eager mode refuses a func whose result requires grad through a tensor not found.
-    compile: "auto" and False take the general path for a func of your own; True (generated C++
-    kernels) is not available yet and raises. Built-in fields run their operator (compile "auto"
-    or True). See docs/migration.md.
+    function, a closure, an nn.Module). It is called as func(t, y) with y [N, n] and t [N, 1] (each
+    trajectory's own time: adaptive steps differ per trajectory), or y [n] and a 0-d t for y0 [n],
+    and must return y's shape and dtype, treating rows independently. Gradients reach y0 and the
+    tensors it uses that odeint finds: an nn.Module's parameters and buffers (func, the owner of a
+    bound method, or a module it closes over), tensors it closes over and tensor defaults; eager
+    mode refuses a func whose result requires grad through a tensor not found.
+    compile (for a func of your own): "auto" takes the compiled path (func traced and emitted as
+    C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq) when it
+    supports every operation of func, else the general path (the same methods and step rules in
+    PyTorch, one custom operator under torch.compile) with a warning naming why; True the compiled
+    path or NotImplementedError; False the general path. Built-in fields run their operator
+    (compile "auto" or True). See docs/migration.md and docs/torch.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not
     supported); a 1-D tensor or a sequence, real. method: "euler", "heun", "rk4" or "dopri5"

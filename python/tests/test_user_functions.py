@@ -431,7 +431,8 @@ def test_general_odeint_errors_name_the_argument(device):
     with pytest.raises(RuntimeError, match="trajectories failed.*max_steps"):
         odeint(lambda t, y: -1000 * y, y0, t, max_steps=5, compile=False)
     with pytest.raises(RuntimeError, match="trajectories failed.*non_finite"):
-        odeint(lambda t, y: y * y, y0, torch.tensor([0.0, 5.0], dtype=DOUBLE), method="rk4", step_size=0.5, compile=False)
+        odeint(lambda t, y: y * y, y0, torch.tensor([0.0, 5.0], dtype=DOUBLE), method="rk4", step_size=0.5,
+               compile=False)
     with pytest.raises(ValueError, match="argument 't' has t\\[1\\] = 0.0 after"):
         odeint(lambda t, y: -y, y0, torch.tensor([0.0, 0.0], dtype=DOUBLE), compile=False)
     with pytest.raises(ValueError, match="'rtol' and 'atol' are both 0"):

@@ -33,9 +33,9 @@ def van_der_pol():
 def mlp_closure(hidden=6, n=3):
     """A neural ODE y' = W2 tanh(W1 y + b1) + b2 + 0.1 sin(t), closing over its four tensors."""
     generator = torch.Generator().manual_seed(1)
-    W1, b1 = torch.randn(hidden, n, generator=generator, dtype=DOUBLE), torch.randn(hidden, generator=generator, dtype=DOUBLE)
-    W2, b2 = torch.randn(n, hidden, generator=generator, dtype=DOUBLE), torch.randn(n, generator=generator, dtype=DOUBLE)
-    tensors = [x.mul_(0.5).requires_grad_() for x in (W1, b1, W2, b2)]
+    W1, b1, W2, b2 = (0.5 * torch.randn(shape, generator=generator, dtype=DOUBLE)
+                      for shape in ((hidden, n), (hidden,), (n, hidden), (n,)))
+    tensors = [x.requires_grad_() for x in (W1, b1, W2, b2)]
 
     def rhs(t, y):
         return torch.tanh(F.linear(y, W1, b1)) @ W2.T + b2 + 0.1 * torch.sin(t)
@@ -147,7 +147,9 @@ def test_a_second_use_hits_the_cache_in_this_process_and_in_a_new_one(van_der_po
                             check=True)
     compiled, loaded, seconds = result.stdout.split()
     assert (compiled, loaded) == ("0", "1")
-    assert float(seconds) < 1.0, f"a cached use took {seconds} s"
+    # Loading takes well under 1 s on an idle machine (0.43 s on the 2-core development machine,
+    # docs/torch.md); a compile takes tens of seconds. The bound leaves room for a busy machine.
+    assert float(seconds) < 5.0, f"a cached use took {seconds} s"
 
 
 def test_an_unsupported_operation_takes_the_general_path_under_auto_and_raises_under_true():
@@ -175,10 +177,10 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(van_der_
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     _compiled_odeint.build_settings.cache_clear()
     try:
-        with pytest.warns(UserWarning, match="no C++ compiler"):
+        with pytest.warns(UserWarning, match=r"general path.*not available here: no C\+\+ compiler"):
             auto = odeint(model, y0, t, **TOLERANCES)
         assert torch.equal(auto, odeint(model, y0, t, compile=False, **TOLERANCES))
-        with pytest.raises(NotImplementedError, match="no C\\+\\+ compiler"):
+        with pytest.raises(NotImplementedError, match=r"compile' is True.*no C\+\+ compiler"):
             odeint(model, y0, t, compile=True, **TOLERANCES)
     finally:
         monkeypatch.delenv("CXX")

@@ -10,8 +10,9 @@ graph forward and then backward, operation by operation (reverse mode).
 
 Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
 cos, sqrt, abs, relu, reciprocal; indexing, slicing, reshaping, transposing, stacking and
-concatenating (any operation that only moves elements within a trajectory); matrix products with
-at least one factor that is not the state's (y @ W.T + b, F.linear, torch.matmul); constants and t.
+concatenating (any operation that only moves elements within a trajectory); sum and mean over the
+last dimensions of a trajectory's value; matrix products whose second factor is not the state's
+(y @ W.T + b, F.linear, torch.matmul); constants and t.
 Anything else (torch.sort, comparisons, where, a branch on the data, an operation that mixes
 trajectories) raises Unsupported naming it.
 """
@@ -406,6 +407,33 @@ class FieldGenerator:
             self.backward.append(_block(heads, back))
         return out
 
+    def reduction(self, node, name, args, kwargs):
+        """sum or mean over the trailing dimensions of one trajectory's value."""
+        x = self.operand(args[0])
+        full = _shape(args[0])
+        dims = sorted({d % len(full) for d in args[1]}) if len(full) else []
+        if kwargs.get("dtype") is not None:
+            raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
+        first = 1 if (x.batched and not self.one_trajectory) else 0
+        if not dims or dims[0] < first or dims != list(range(dims[0], len(full))):
+            raise Unsupported(f"{_describe(node)} over dimensions {list(args[1])} of a value of shape {list(full)} "
+                              "(reductions over the last dimensions of one trajectory's value only)")
+        group = math.prod(full[d] for d in dims)
+        out_shape = self.row_shape(node, x.batched)
+        count = math.prod(out_shape)
+        out = self.fresh(out_shape, x.active, x.batched, f"aten.{name} of {group} elements")
+        scale = "" if name == "sum" else f" / S({group})"
+        o = "i" if count > 1 else "0"
+        element = _flat([(o, group), ("k", 1)])
+        body = ["S sum = 0;", f"for (int k = 0; k < {group}; ++k) sum += {x.read(element)};",
+                f"{out.read(o)} = sum{scale};"]
+        heads = [f"for (int i = 0; i < {count}; ++i)"] if count > 1 else []
+        self.forward.extend(_block(heads, body))
+        if x.active:
+            back = [f"for (int k = 0; k < {group}; ++k) {x.adjoint(element)} += {out.adjoint(o)}{scale};"]
+            self.backward.append([" ".join(heads + back)] if heads else back)
+        return out
+
     def factor(self, arg):
         return self.values[arg] if arg not in self.transposes else None
 
@@ -497,6 +525,8 @@ class FieldGenerator:
             return self.power(node, args)
         if name in _PRODUCTS:
             return self.product(node, name, args, kwargs)
+        if name in ("sum", "mean") and len(args) >= 2:
+            return self.reduction(node, name, args, kwargs)
         if name in _MOVES or name == "getitem":
             return self.moves(node, name)
         if name in ("zeros_like", "ones_like", "full_like", "scalar_tensor", "full", "zeros", "ones"):
@@ -523,7 +553,8 @@ def _render(lines):
                 rendered.append(f"const S {following}  // {line.comment}")
                 k += 2
                 continue
-            rendered.append(f"S {line.name}[{line.size}];  // {line.comment}")
+            declared = line.name if line.size == 1 else f"{line.name}[{line.size}]"
+            rendered.append(f"S {declared};  // {line.comment}")
         else:
             rendered.append(line)
         k += 1

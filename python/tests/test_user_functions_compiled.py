@@ -31,14 +31,15 @@ def van_der_pol():
 
 
 def mlp_closure(hidden=6, n=3):
-    """A neural ODE y' = W2 tanh(W1 y + b1) + b2 + 0.1 sin(t), closing over its four tensors."""
+    """A neural ODE y' = W2 tanh(W1 y + b1) + b2 + 0.1 sin(t) - 0.05 |y|^2 y, closing over its four
+    tensors."""
     generator = torch.Generator().manual_seed(1)
     W1, b1, W2, b2 = (0.5 * torch.randn(shape, generator=generator, dtype=DOUBLE)
                       for shape in ((hidden, n), (hidden,), (n, hidden), (n,)))
     tensors = [x.requires_grad_() for x in (W1, b1, W2, b2)]
 
     def rhs(t, y):
-        return torch.tanh(F.linear(y, W1, b1)) @ W2.T + b2 + 0.1 * torch.sin(t)
+        return torch.tanh(F.linear(y, W1, b1)) @ W2.T + b2 + 0.1 * torch.sin(t) - 0.05 * y.square().sum(-1, True) * y
     return rhs, tensors
 
 

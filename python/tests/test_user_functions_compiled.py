@@ -97,6 +97,17 @@ def test_torch_compile_sees_one_operator_equal_to_eager(van_der_pol):
         assert torch.equal(a, b)
 
 
+def test_one_trajectory_runs_the_same_extension(van_der_pol):
+    """y0 [n] (func sees y [n] and a 0-d t): the same per-trajectory code, so no second compile."""
+    model, y0 = van_der_pol
+    t = torch.tensor(TIMES, dtype=DOUBLE)
+    compiles = _compiled_odeint.statistics["compiles"]
+    alone = odeint(model, y0[1], t, compile=True, **TOLERANCES)
+    assert _compiled_odeint.statistics["compiles"] == compiles
+    assert alone.shape == (len(TIMES), 2)
+    torch.testing.assert_close(alone, odeint(model, y0[1], t, compile=False, **TOLERANCES), rtol=0, atol=1e-12)
+
+
 def test_opcheck_of_the_generated_operators(van_der_pol):
     model, y0 = van_der_pol
     token = _user_function.register(*_user_function.split(model))

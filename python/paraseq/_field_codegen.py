@@ -453,7 +453,7 @@ class FieldGenerator:
             if node.op != "call_function" or not node.all_input_nodes:
                 continue
             name, source = _name(node.target), node.args[0]
-            swaps = name == "t" or (name == "permute" and list(node.args[1]) in ([1, 0], [-1, -2], [-1, 0], [1, -2])) \
+            swaps = name == "t" or (name == "permute" and [d % 2 for d in node.args[1]] == [1, 0]) \
                 or (name == "transpose" and sorted(d % 2 for d in node.args[1:3]) == [0, 1])
             if not swaps or len(_shape(source)) != 2 or _depends_on(source, self.state_nodes):
                 continue

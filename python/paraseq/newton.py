@@ -525,8 +525,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
 
 
 def _check_compile_argument(function, compile):
-    """compile: "auto", True or False. True asks for kernels generated from a function of your own,
-    which do not exist yet."""
+    """compile: "auto", True or False (odeint's compiled path: _compiled_odeint.py; newton_apply has
+    none for cells yet)."""
     if not (compile is True or compile is False or compile == "auto"):
         raise ValueError(f"{function}: argument 'compile' is {compile!r}, expected 'auto', True or False")
 

@@ -8,10 +8,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from . import _user_function, _user_odeint
+from . import _compiled_odeint, _user_function, _user_odeint
 from ._ops import ops
 from .fields import Field, finite_number
-from .newton import _check_compile_argument, _compiled_path_unavailable
+from .newton import _check_compile_argument
 
 METHODS = ("euler", "heun", "rk4", "dopri5")  # the operator's; src/loops also has bosh3 and tsit5
 STATE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -47,16 +47,18 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     [len(t), N, n] (or [len(t), n]) as torchdiffeq does, result[0] = y0.
 
     func: a built-in field (paraseq.fields: one C++ operator) or any callable of your own (a
-    function, a closure, an nn.Module), the general path: the same methods and step rules in
-    PyTorch, one custom operator under torch.compile. It is called as func(t, y) with y [N, n] and
-    t [N, 1] (each trajectory's own time: adaptive steps differ per trajectory), or y [n] and a 0-d
-    t for y0 [n], and must return y's shape and dtype, treating rows independently. Gradients reach
-    y0 and the tensors it uses that odeint finds: an nn.Module's parameters and buffers (func, the
-    owner of a bound method, or a module it closes over), tensors it closes over and tensor
-    defaults; eager mode refuses a func whose result requires grad through a tensor not found.
-    compile: "auto" and False take the general path for a func of your own; True (generated C++
-    kernels) is not available yet and raises. Built-in fields run their operator (compile "auto"
-    or True). See docs/migration.md.
+    function, a closure, an nn.Module). It is called as func(t, y) with y [N, n] and t [N, 1] (each
+    trajectory's own time: adaptive steps differ per trajectory), or y [n] and a 0-d t for y0 [n],
+    and must return y's shape and dtype, treating rows independently. Gradients reach y0 and the
+    tensors it uses that odeint finds: an nn.Module's parameters and buffers (func, the owner of a
+    bound method, or a module it closes over), tensors it closes over and tensor defaults; eager
+    mode refuses a func whose result requires grad through a tensor not found.
+    compile (for a func of your own): "auto" takes the compiled path (func traced and emitted as
+    C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq) when it
+    supports every operation of func, else the general path (the same methods and step rules in
+    PyTorch, one custom operator under torch.compile) with a warning naming why; True the compiled
+    path or NotImplementedError; False the general path. Built-in fields run their operator
+    (compile "auto" or True). See docs/migration.md and docs/torch.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not
     supported); a 1-D tensor or a sequence, real. method: "euler", "heun", "rk4" or "dopri5"
@@ -78,8 +80,6 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
         if not callable(func):
             raise TypeError(f"odeint: argument 'func' is a {type(func).__name__}, expected a callable func(t, y) or a "
                             "paraseq.fields field")
-        if compile is True:
-            raise _compiled_path_unavailable("odeint", "function", "a paraseq.fields field")
     elif compile is False:
         raise ValueError(f"odeint: argument 'compile' is False for the built-in field {type(field).__name__}, whose "
                          "integration is a C++ operator; pass compile='auto' (or True)")
@@ -124,7 +124,7 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
         raise TypeError(f"odeint: argument 't' has dtype {t.dtype}, expected a real dtype")
     if not isinstance(field, Field):
         return _odeint_user_function(func, y0, t, method, step_size, float(rtol), float(atol), int(max_steps),
-                                     one_trajectory)
+                                     one_trajectory, compile)
     field.check(y0)
     params, shared, mlp_hidden = field.operands(y0)
     arguments = (field.name, y0, t.to(torch.float64), params, shared, mlp_hidden, method,
@@ -155,8 +155,9 @@ def _check_times(t):
                              "strictly increasing times")
 
 
-def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory):
-    """The general path: func's tensors found, func registered, one paraseq::user_odeint call."""
+def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory, compile):
+    """func's tensors found, func registered, then one call of its generated operator (the
+    compiled path) or of paraseq::user_odeint (the general path)."""
     if step_size is None and method in _user_odeint.ADAPTIVE and rtol == 0 and atol == 0:
         raise ValueError("odeint: arguments 'rtol' and 'atol' are both 0, expected rtol > 0 or atol > 0 for adaptive "
                          f"steps (method {method!r} without a step_size)")
@@ -172,8 +173,15 @@ def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps,
                 raise ValueError(f"odeint: argument 'step_size' is {step_size}, which takes {steps} steps, expected "
                                  "at most 2^31 - 1 steps (a larger step_size)")
         _check_function(token, y0, t, tensors, one_trajectory)
-    observed = _user_odeint.user_odeint(token, y0, t, tensors, method, None if step_size is None else float(step_size),
-                                        rtol, atol, max_steps, one_trajectory)
+    step_size = None if step_size is None else float(step_size)
+    if compile is not False:
+        namespace = _compiled_odeint.choose(token, y0.shape[1], y0.dtype, y0.device.type, method, one_trajectory,
+                                            compile)
+        if namespace:
+            observed = _compiled_odeint.run(namespace, y0, tensors, t, step_size, rtol, atol, max_steps)
+            return observed[:, 0] if one_trajectory else observed
+    observed = _user_odeint.user_odeint(token, y0, t, tensors, method, step_size, rtol, atol, max_steps,
+                                        one_trajectory)
     return observed[:, 0] if one_trajectory else observed
 
 

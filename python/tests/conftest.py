@@ -29,6 +29,18 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", DEVICES)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_extension_cache(tmp_path_factory):
+    """One cache directory for the session's generated extensions (odeint's compiled path), so
+    that each compiles once; PARASEQ_CACHE_DIR when set."""
+    if os.environ.get("PARASEQ_CACHE_DIR"):
+        yield
+        return
+    os.environ["PARASEQ_CACHE_DIR"] = str(tmp_path_factory.mktemp("paraseq-cache"))
+    yield
+    del os.environ["PARASEQ_CACHE_DIR"]
+
+
 @pytest.fixture(autouse=True)
 def seeded():
     torch.manual_seed(0)

@@ -26,7 +26,8 @@ inline constexpr bool has_shared_parameters =
     std::is_same_v<Field, ode::Mlp> || std::is_same_v<Field, ode::Linear<ode::Sharing::shared, ode::Sharing::shared>>;
 
 // The built-in fields and the methods by operator name. CMake instantiates the work of each
-// (field, method) pair once per direction, PARASEQ_ODEINT_FIELD_COUNT x PARASEQ_ODEINT_METHOD_COUNT.
+// (field, method) pair once per direction, PARASEQ_ODEINT_FIELD_COUNT x PARASEQ_ODEINT_METHOD_COUNT
+// (checked in odeint_forward.cpp).
 using BuiltinFields = std::tuple<ode::DampedOscillator, ode::LotkaVolterra, ode::SIR,
                                  ode::Linear<ode::Sharing::shared, ode::Sharing::shared>,
                                  ode::Linear<ode::Sharing::own, ode::Sharing::own>, ode::Mlp>;
@@ -34,10 +35,6 @@ inline constexpr const char* field_names[] = {"damped_oscillator", "lotka_volter
                                               "linear_shared",     "linear_own",     "mlp"};
 using BuiltinMethods = std::tuple<ode::Euler, ode::Heun, ode::RK4, ode::DormandPrince5>;
 inline constexpr const char* method_names[] = {"euler", "heun", "rk4", "dopri5"};
-static_assert(std::tuple_size_v<BuiltinFields> == PARASEQ_ODEINT_FIELD_COUNT &&
-                  std::tuple_size_v<BuiltinMethods> == PARASEQ_ODEINT_METHOD_COUNT,
-              "src/adapters/torch/CMakeLists.txt instantiates PARASEQ_ODEINT_FIELD_COUNT fields and "
-              "PARASEQ_ODEINT_METHOD_COUNT methods: keep them equal to the lists here");
 template <int Index>
 using BuiltinField = std::tuple_element_t<Index, BuiltinFields>;
 template <int Index>
@@ -103,7 +100,7 @@ struct OdeintTensors {
   at::Tensor grad_y, grad_y0, grad_params, grad_shared;
 };
 
-// Defined in odeint_integrate.hpp and instantiated per field and method (see the top of this file).
+// Defined in odeint_integrate.hpp and instantiated per built-in field and method (see the top of this file).
 template <int FieldIndex, int MethodIndex>
 void integrate(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors);
 template <int FieldIndex, int MethodIndex>

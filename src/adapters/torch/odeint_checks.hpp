@@ -8,6 +8,7 @@
 
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/zeros.h>
 
 #include <climits>
 #include <cmath>
@@ -61,6 +62,47 @@ inline void require_finite_when_stored(const char* op, const char* what, const a
               " trajectories failed; the first, trajectory ", failed[0][0].item<long>(),
               ", stopped with status non_finite (", what, " overflowed ", stored.scalar_type(),
               " when stored; compute in float32 or float64)");
+}
+
+// paraseq::odeint (and each generated extension's odeint) around its work: checks, the prepared
+// tensors, integrate(times, tensors) filling tensors.observed [N, len(t), n], the stored result.
+template <class Integrate>
+at::Tensor run_odeint(const char* op, const OdeintArgs& args, const Integrate& integrate) {
+  const std::vector<double> times = check_odeint_arguments(op, args);
+  OdeintTensors tensors;
+  tensors.y0 = prepared(args.y0), tensors.params = prepared_or_undefined(args.params),
+  tensors.shared = prepared_or_undefined(args.shared);
+  tensors.observed = at::empty({args.y0.size(0), long(times.size()), args.y0.size(1)}, tensors.y0.options());
+  integrate(times, tensors);
+  const at::Tensor observed = tensors.observed.to(args.y0.scalar_type());
+  require_finite_when_stored(op, "the state", observed);
+  return observed;
+}
+
+// paraseq::odeint_backward (and each generated extension's) around its work: integrate_adjoint(
+// times, tensors) fills tensors.grad_y0, grad_params and grad_shared from tensors.grad_y.
+template <class IntegrateAdjoint>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_odeint_backward(const char* op, const OdeintArgs& args,
+                                                                   const at::Tensor& grad_y,
+                                                                   const IntegrateAdjoint& integrate_adjoint) {
+  const std::vector<double> times = check_odeint_arguments(op, args);
+  check_tensor(op, "grad_y", grad_y, 3, args.y0);
+  OdeintTensors tensors;
+  tensors.y0 = prepared(args.y0), tensors.params = prepared_or_undefined(args.params),
+  tensors.shared = prepared_or_undefined(args.shared);
+  tensors.grad_y = prepared(grad_y);
+  tensors.grad_y0 = at::empty(args.y0.sizes(), tensors.y0.options());
+  // Gradients of absent parameters are empty tensors.
+  tensors.grad_params = at::zeros(args.params ? args.params->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
+  tensors.grad_shared = at::zeros(args.shared ? args.shared->sizes() : c10::IntArrayRef{0}, tensors.y0.options());
+  integrate_adjoint(times, tensors);
+  const auto stored = args.y0.scalar_type();
+  const at::Tensor grad_y0 = tensors.grad_y0.to(stored), grad_params = tensors.grad_params.to(stored),
+                   grad_shared = tensors.grad_shared.to(stored);
+  require_finite_when_stored(op, "the gradient grad_y0", grad_y0);
+  require_finite_when_stored(op, "the gradient grad_params", grad_params);
+  require_finite_when_stored(op, "the gradient grad_shared", grad_shared.unsqueeze(0));
+  return {grad_y0, grad_params, grad_shared};
 }
 
 } // namespace paraseq::torch_bridge

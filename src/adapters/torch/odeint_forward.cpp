@@ -7,6 +7,11 @@ namespace {
 
 constexpr const char* odeint_op = "paraseq::odeint";
 
+static_assert(std::tuple_size_v<BuiltinFields> == PARASEQ_ODEINT_FIELD_COUNT &&
+                  std::tuple_size_v<BuiltinMethods> == PARASEQ_ODEINT_METHOD_COUNT,
+              "src/adapters/torch/CMakeLists.txt instantiates PARASEQ_ODEINT_FIELD_COUNT fields and "
+              "PARASEQ_ODEINT_METHOD_COUNT methods: keep them equal to the lists in odeint.hpp");
+
 } // namespace
 
 at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
@@ -14,18 +19,13 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
                   const std::string& method, std::optional<double> step_size, double rtol, double atol,
                   int64_t max_steps) {
   const OdeintArgs args{field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps};
-  const std::vector<double> times = check_odeint_arguments(odeint_op, args);
-  OdeintTensors tensors;
-  tensors.y0 = prepared(y0), tensors.params = prepared_or_undefined(params), tensors.shared = prepared_or_undefined(shared);
-  tensors.observed = at::empty({y0.size(0), long(times.size()), y0.size(1)}, tensors.y0.options());
-  with_name_index(odeint_op, "field", field_names, field, [&](auto f) {
-    with_name_index(odeint_op, "method", method_names, method, [&](auto m) {
-      integrate<decltype(f)::value, decltype(m)::value>(odeint_op, args, times, tensors);
+  return run_odeint(odeint_op, args, [&](const std::vector<double>& times, const OdeintTensors& tensors) {
+    with_name_index(odeint_op, "field", field_names, field, [&](auto f) {
+      with_name_index(odeint_op, "method", method_names, method, [&](auto m) {
+        integrate<decltype(f)::value, decltype(m)::value>(odeint_op, args, times, tensors);
+      });
     });
   });
-  const at::Tensor observed = tensors.observed.to(y0.scalar_type());
-  require_finite_when_stored(odeint_op, "the state", observed);
-  return observed;
 }
 
 } // namespace paraseq::torch_bridge

@@ -1,7 +1,8 @@
 #pragma once
-// The work of paraseq::odeint and odeint_backward for one built-in field and method: every float
-// type x space. Included only by the translation units that CMake generates from
-// odeint_instance.cpp.in (see odeint.hpp).
+// The work of paraseq::odeint and odeint_backward for one field and method. Included by the
+// translation units that CMake generates from odeint_instance.cpp.in (a built-in field: every float
+// type x space, see odeint.hpp) and by the extensions generated for a function of your own (one
+// type and space).
 
 #include "odeint.hpp"
 
@@ -30,44 +31,74 @@ void with_steps(const char* op, const OdeintArgs& args, const std::vector<double
   }
 }
 
-// Calls f(space, method, steps, problem) with the problem's Views over the prepared tensors.
-template <class T, int FieldIndex, int MethodIndex, class F>
+// Calls f(method, steps, problem) for `field` with the problem's Views over the prepared tensors:
+// shared parameters [Q] when SharedParameters, else the trajectories' own [N, P].
+template <class T, class Method, bool SharedParameters, class Space, class Field, class F>
 void with_problem(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors,
-                  const F& f) {
-  using Field = BuiltinField<FieldIndex>;
-  const Field field = make_field<Field>(int(args.y0.size(1)), int(args.mlp_hidden));
-  with_space(op, args.y0, [&](const auto& space) {
-    using Space = std::decay_t<decltype(space)>;
-    const auto y0_view = as_view<const T, 2, Space>(tensors.y0);
-    const BuiltinMethod<MethodIndex> method;
-    with_steps<BuiltinMethod<MethodIndex>>(op, args, times, [&](const auto& steps) {
-      if constexpr (has_shared_parameters<Field>) {
-        TORCH_CHECK_VALUE(tensors.shared.defined(), op, ": argument 'shared' is None, expected the field's shared parameters");
-        f(space, method, steps, ode::problem(field, y0_view, ode::NoView{}, as_view<const T, 1, Space>(tensors.shared)));
+                  const Field& field, const F& f) {
+  const auto y0_view = as_view<const T, 2, Space>(tensors.y0);
+  const Method method;
+  with_steps<Method>(op, args, times, [&](const auto& steps) {
+    if constexpr (SharedParameters) {
+      TORCH_CHECK_VALUE(tensors.shared.defined(), op, ": argument 'shared' is None, expected the field's shared parameters");
+      f(method, steps, ode::problem(field, y0_view, ode::NoView{}, as_view<const T, 1, Space>(tensors.shared)));
+    } else {
+      TORCH_CHECK_VALUE(tensors.params.defined(), op, ": argument 'params' is None, expected the field's [N, P] parameters");
+      f(method, steps, ode::problem(field, y0_view, as_view<const T, 2, Space>(tensors.params)));
+    }
+  });
+}
+
+// The forward work for one field, method, compute type T and execution space: tensors.observed
+// [N, len(t), n] from tensors.y0 and the parameters. Generated extensions (python/paraseq/
+// _compiled_odeint.py) instantiate it for their field alone.
+template <class T, class Method, bool SharedParameters, class Space, class Field>
+void integrate_field(const char* op, const OdeintArgs& args, const std::vector<double>& times,
+                     const OdeintTensors& tensors, const Space& space, const Field& field) {
+  with_problem<T, Method, SharedParameters, Space>(op, args, times, tensors, field, [&](auto method, const auto& steps, const auto& problem) {
+    // The call's temporaries (report, mesh or tolerances) come from PyTorch's allocator, which
+    // caches device blocks: no device allocation or release per call.
+    const at::Tensor workspace =
+        at::empty({long(ode::solve_workspace_bytes<T>(tensors.y0.size(0), int(tensors.y0.size(1)), steps))},
+                  tensors.y0.options().dtype(at::kByte));
+    ode::SolveOptions options;
+    options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
+    translate_errors([&] {
+      ode::solve<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
+    });
+  });
+}
+
+// The backward work (the discrete adjoint) for one field, method, T and space: tensors.grad_y0 and
+// the parameters' gradients from tensors.grad_y.
+template <class T, class Method, bool SharedParameters, class Space, class Field>
+void integrate_field_adjoint(const char* op, const OdeintArgs& args, const std::vector<double>& times,
+                             const OdeintTensors& tensors, const Space& space, const Field& field) {
+  with_problem<T, Method, SharedParameters, Space>(op, args, times, tensors, field, [&](auto method, const auto& steps, const auto& problem) {
+    const auto cotangents = ode::observed(as_view<const T, 3, Space>(tensors.grad_y));
+    const auto y0_bar = as_view<T, 2, Space>(tensors.grad_y0);
+    translate_errors([&] {
+      if constexpr (SharedParameters) {
+        const auto shared_bar = as_view<T, 1, Space>(tensors.grad_shared);
+        ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
+                                 ode::Gradients<decltype(y0_bar), ode::NoView, decltype(shared_bar)>{y0_bar, {}, shared_bar});
       } else {
-        TORCH_CHECK_VALUE(tensors.params.defined(), op, ": argument 'params' is None, expected the field's [N, P] parameters");
-        f(space, method, steps, ode::problem(field, y0_view, as_view<const T, 2, Space>(tensors.params)));
+        const auto params_bar = as_view<T, 2, Space>(tensors.grad_params);
+        ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
+                                 ode::Gradients<decltype(y0_bar), decltype(params_bar)>{y0_bar, params_bar});
       }
     });
   });
 }
 
+// The built-in field FieldIndex and method MethodIndex, every float type x space.
 template <int FieldIndex, int MethodIndex>
 void integrate(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors) {
+  using Field = BuiltinField<FieldIndex>;
+  const Field field = make_field<Field>(int(args.y0.size(1)), int(args.mlp_hidden));
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
-    using T = decltype(zero);
-    with_problem<T, FieldIndex, MethodIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
-      using Space = std::decay_t<decltype(space)>;
-      // The call's temporaries (report, mesh or tolerances) come from PyTorch's allocator, which
-      // caches device blocks: no device allocation or release per call.
-      const at::Tensor workspace =
-          at::empty({long(ode::solve_workspace_bytes<T>(tensors.y0.size(0), int(tensors.y0.size(1)), steps))},
-                    tensors.y0.options().dtype(at::kByte));
-      ode::SolveOptions options;
-      options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
-      translate_errors([&] {
-        ode::solve<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
-      });
+    with_space(op, args.y0, [&](const auto& space) {
+      integrate_field<decltype(zero), BuiltinMethod<MethodIndex>, has_shared_parameters<Field>>(op, args, times, tensors, space, field);
     });
   });
 }
@@ -75,24 +106,11 @@ void integrate(const char* op, const OdeintArgs& args, const std::vector<double>
 template <int FieldIndex, int MethodIndex>
 void integrate_adjoint(const char* op, const OdeintArgs& args, const std::vector<double>& times,
                        const OdeintTensors& tensors) {
+  using Field = BuiltinField<FieldIndex>;
+  const Field field = make_field<Field>(int(args.y0.size(1)), int(args.mlp_hidden));
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
-    using T = decltype(zero);
-    with_problem<T, FieldIndex, MethodIndex>(op, args, times, tensors, [&](const auto& space, auto method, const auto& steps, const auto& problem) {
-      using Space = std::decay_t<decltype(space)>;
-      using Problem = std::decay_t<decltype(problem)>;
-      const auto cotangents = ode::observed(as_view<const T, 3, Space>(tensors.grad_y));
-      const auto y0_bar = as_view<T, 2, Space>(tensors.grad_y0);
-      translate_errors([&] {
-        if constexpr (ode::is_given_v<decltype(Problem::shared)>) {
-          const auto shared_bar = as_view<T, 1, Space>(tensors.grad_shared);
-          ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
-                                   ode::Gradients<decltype(y0_bar), ode::NoView, decltype(shared_bar)>{y0_bar, {}, shared_bar});
-        } else {
-          const auto params_bar = as_view<T, 2, Space>(tensors.grad_params);
-          ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
-                                   ode::Gradients<decltype(y0_bar), decltype(params_bar)>{y0_bar, params_bar});
-        }
-      });
+    with_space(op, args.y0, [&](const auto& space) {
+      integrate_field_adjoint<decltype(zero), BuiltinMethod<MethodIndex>, has_shared_parameters<Field>>(op, args, times, tensors, space, field);
     });
   });
 }

@@ -1,0 +1,659 @@
+"""A right-hand side of your own as a C++ vector field (src/loops/field.hpp): traced once, emitted.
+
+The function is traced with torch.fx (make_fx on fake tensors, with the tensors odeint found as
+inputs: nn.Modules, closures and plain functions alike) into a graph of ATen operations. Each
+operation becomes a few lines of C++ on one trajectory's values: the graph's values lose their
+batch dimension (a value [N, k] is an array of k per trajectory) and the function's tensors are
+read from the field's shared parameters, one flat vector [Q]. The generated struct has n as a
+compile-time state_size, a templated operator() (so dual numbers work) and a vjp() that runs the
+graph forward and then backward, operation by operation (reverse mode).
+
+Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
+cos, sqrt, abs, relu, reciprocal; indexing, slicing, reshaping, transposing, stacking and
+concatenating (any operation that only moves elements within a trajectory); sum and mean over the
+last dimensions of a trajectory's value; matrix products whose second factor is not the state's
+(y @ W.T + b, F.linear, torch.matmul); constants and t.
+Anything else (torch.sort, comparisons, where, a branch on the data, an operation that mixes
+trajectories) raises Unsupported naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from . import _user_function
+
+TRACE_BATCH = 3  # the trajectories of the trace; any number works, values are per trajectory
+
+
+class Unsupported(Exception):
+    """An operation (or use of one) that the generator cannot turn into C++; str() names it."""
+
+
+# ---- tracing ---------------------------------------------------------------------------------------
+
+def trace(token, tensors, n, dtype, device, one_trajectory):
+    """func's graph (torch.fx.GraphModule) of (t, y, *tensors) on fake tensors."""
+    entry = _user_function.entry(token)
+
+    def pure(t, y, *tensors):
+        return _user_function.call_with(entry, t, y, list(tensors))
+
+    y = torch.zeros((n,) if one_trajectory else (TRACE_BATCH, n), dtype=dtype, device=device)
+    t = torch.zeros(() if one_trajectory else (TRACE_BATCH, 1), dtype=dtype, device=device)
+    try:
+        with torch.no_grad():
+            return make_fx(pure, tracing_mode="fake")(t, y, *[x.detach() for x in tensors])
+    except Exception as error:  # data-dependent Python control flow or values: fake tensors have no data
+        raise Unsupported(f"a use of the state's values in Python (a data-dependent branch, .item() or a "
+                          f"conversion to a Python number: {type(error).__name__}: {str(error).splitlines()[0]})") \
+            from None
+
+
+# ---- values of one trajectory ----------------------------------------------------------------------
+
+def _flat(index_terms, offset=0):
+    """A C++ index expression: offset + sum of var * stride, omitting zero terms."""
+    parts = [f"{var} * {stride}" if stride != 1 else var for var, stride in index_terms if stride != 0 and var != "0"]
+    if offset or not parts:
+        parts.append(str(offset))
+    return " + ".join(parts)
+
+
+def _strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return list(reversed(strides))
+
+
+def _literal(value):
+    """A C++ literal of a Python number, exact for doubles."""
+    value = float(value)
+    if math.isnan(value):
+        return "S(Kokkos::Experimental::quiet_NaN<double>::value)"
+    if math.isinf(value):
+        return f"S({'' if value > 0 else '-'}Kokkos::Experimental::infinity<double>::value)"
+    if value == int(value) and abs(value) < 2**53:
+        return f"S({int(value)})"
+    return f"S({value!r})"
+
+
+class Value:
+    """One graph value on one trajectory: `shape` (per trajectory), read(i) an expression of its
+    element i, adjoint(i) an lvalue of its adjoint element (for active values: those that depend
+    on the state or the function's tensors)."""
+
+    def __init__(self, shape, read, adjoint=None, batched=False):
+        self.shape, self.size = tuple(shape), math.prod(shape)
+        self.read, self.adjoint, self.batched = read, adjoint, batched
+
+    @property
+    def active(self):
+        return self.adjoint is not None
+
+
+def _array(name, shape, active, batched):
+    """A value computed into a local array (or variable) `name`, its adjoint into g_<name>."""
+    if math.prod(shape) == 1:  # a number: no array
+        return Value(shape, lambda i: name, (lambda i: f"g_{name}") if active else None, batched)
+    return Value(shape, lambda i: f"{name}[{i}]", (lambda i: f"g_{name}[{i}]") if active else None, batched)
+
+
+def _number(x):
+    """A Python number operand."""
+    return Value((), lambda i: _literal(x))
+
+
+# ---- the generator ---------------------------------------------------------------------------------
+
+_UNARY = {  # name: (forward expression of x, derivative times g of x, output y and g)
+    "neg": (lambda x: f"-{x}", lambda x, y, g: f"-{g}"),
+    "exp": (lambda x: f"exp({x})", lambda x, y, g: f"{g} * {y}"),
+    "log": (lambda x: f"log({x})", lambda x, y, g: f"{g} / {x}"),
+    "tanh": (lambda x: f"tanh({x})", lambda x, y, g: f"{g} * (S(1) - {y} * {y})"),
+    "sigmoid": (lambda x: f"S(1) / (S(1) + exp(-{x}))", lambda x, y, g: f"{g} * {y} * (S(1) - {y})"),
+    "sin": (lambda x: f"sin({x})", lambda x, y, g: f"{g} * cos({x})"),
+    "cos": (lambda x: f"cos({x})", lambda x, y, g: f"-{g} * sin({x})"),
+    "sqrt": (lambda x: f"sqrt({x})", lambda x, y, g: f"{g} / (S(2) * {y})"),
+    "abs": (lambda x: f"abs({x})", lambda x, y, g: f"({x} > S(0) ? {g} : {x} < S(0) ? -{g} : S(0))"),
+    "relu": (lambda x: f"({x} > S(0) ? {x} : S(0))", lambda x, y, g: f"({x} > S(0) ? {g} : S(0))"),
+    "reciprocal": (lambda x: f"S(1) / {x}", lambda x, y, g: f"-{g} * {y} * {y}"),
+}
+_MATH_FUNCTIONS = ("exp", "log", "tanh", "sin", "cos", "sqrt", "abs")
+# x^c for a constant c on numbers and on dual numbers (whose pow takes the exponent in their value
+# type); emitted before the field.
+POWER = """template <class S>
+KOKKOS_INLINE_FUNCTION S power(const S& x, double c) {
+  using Kokkos::pow;
+  if constexpr (std::is_floating_point_v<S>) return pow(x, S(c));
+  else return pow(x, decltype(x.value)(c));
+}
+"""
+# Operations that only move elements (within a trajectory): evaluated on integer codes to find
+# where each output element comes from.
+_MOVES = {"select", "slice", "unsqueeze", "squeeze", "squeeze_", "view", "_unsafe_view", "reshape", "t",
+          "transpose", "permute", "expand", "clone", "alias", "cat", "stack", "unbind", "lift_fresh_copy",
+          "detach", "contiguous", "flatten", "unflatten", "narrow", "split", "split_with_sizes", "chunk",
+          "movedim", "repeat", "flip"}
+_PRODUCTS = {"mm", "addmm", "mv", "dot"}
+
+
+def _name(target):
+    if target is operator.getitem:
+        return "getitem"
+    packet = getattr(target, "_overloadpacket", None)  # aten.add.Tensor -> add
+    return packet.__name__ if packet is not None else getattr(target, "__name__", str(target))
+
+
+def _shape(node):
+    """A traced value's shape as ints (under torch.compile the trace's sizes are SymInts)."""
+    return tuple(int(size) for size in node.meta["val"].shape)
+
+
+def _describe(node):
+    return f"the operation {node.target}" if node.op == "call_function" else f"a graph node of kind {node.op}"
+
+
+class FieldGenerator:
+    """Walks the graph once, emitting the forward lines (shared by operator() and vjp()) and the
+    backward lines (vjp() only, in reverse order)."""
+
+    def __init__(self, graph_module, n, one_trajectory, tensor_shapes):
+        self.graph_module, self.n, self.one_trajectory = graph_module, n, one_trajectory
+        self.forward, self.backward, self.adjoints = [], [], []
+        self.values, self.used_tensors, self.math = {}, [], set()
+        self.tensor_shapes = tensor_shapes
+        self.counter = 0
+        self.uses = {}
+        for node in graph_module.graph.nodes:
+            for used in node.all_input_nodes:
+                self.uses.setdefault(used, []).append(node)
+
+    # -- helpers --
+    def fresh(self, shape, active, batched, comment):
+        name = f"v{self.counter}"
+        self.counter += 1
+        size = math.prod(shape)
+        self.forward.append(_Declaration(name, size, f"{comment} [{', '.join(map(str, shape))}]" if shape else comment))
+        if active:
+            self.adjoints.append(f"S g_{name} = 0;" if size == 1 else f"S g_{name}[{size}] = {{}};")
+        return _array(name, shape, active, batched)
+
+    def row_shape(self, node, batched):
+        shape = _shape(node)
+        if batched and not self.one_trajectory:
+            if not shape or shape[0] != TRACE_BATCH:
+                raise Unsupported(f"{_describe(node)} giving shape {list(shape)}, which moves the trajectories' "
+                                  "dimension away from the first (each trajectory must be computed on its own)")
+            return shape[1:]
+        return shape
+
+    def operand(self, arg):
+        if isinstance(arg, torch.fx.Node):
+            return self.values[arg]
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return _number(arg)
+        raise Unsupported(f"an operand {arg!r} of type {type(arg).__name__}")
+
+    @staticmethod
+    def loops(shape):
+        """(for-lines, loop variables, flat index expression) over a shape."""
+        variables = [f"i{d}" if len(shape) > 1 else "i" for d in range(len(shape))]
+        heads = [f"for (int {v} = 0; {v} < {size}; ++{v})" for v, size in zip(variables, shape) if size > 1]
+        index = _flat([(v, s) for v, s, size in zip(variables, _strides(shape), shape) if size > 1])
+        return heads, variables, index
+
+    @staticmethod
+    def broadcast_index(value, out_shape, variables):
+        """The flat index into `value` of the output element at `variables` (broadcasting)."""
+        shape = value.shape
+        extra = len(shape) - len(out_shape)
+        if extra > 0:  # a tensor of more dimensions than a trajectory's value: only leading ones
+            if any(size != 1 for size in shape[:extra]):
+                raise Unsupported(f"a tensor of shape {list(shape)} broadcast along the trajectories (each "
+                                  "trajectory must be computed on its own, with tensors shared by all)")
+            shape = shape[extra:]
+        offset = len(out_shape) - len(shape)
+        terms = [(variables[offset + d], stride) for d, (size, stride) in enumerate(zip(shape, _strides(shape)))
+                 if size > 1 and out_shape[offset + d] > 1]
+        return _flat(terms)
+
+    def emit_loop(self, lines, shape, body):
+        heads, variables, index = self.loops(shape)
+        statement = body(variables, index)
+        if len(heads) <= 1:
+            lines.append(" ".join(heads + [statement]))
+        else:
+            lines.extend([" ".join(heads) + " {", "  " + statement, "}"])
+
+    # -- operations --
+    def elementwise(self, node, operands, forward, derivatives):
+        """out = forward(*inputs); derivatives[k](inputs, out, g) is the adjoint of operand k."""
+        shape = self.row_shape(node, any(v.batched for v in operands))
+        active = any(v.active for v in operands)
+        out = self.fresh(shape, active, any(v.batched for v in operands), f"aten.{_name(node.target)}")
+
+        def reads(variables):
+            return [v.read(self.broadcast_index(v, shape, variables)) for v in operands]
+
+        self.emit_loop(self.forward, shape,
+                       lambda variables, index: f"{out.read(index)} = {forward(*reads(variables))};")
+        if active:
+            lines = []
+            for k, v in enumerate(operands):
+                if v.active:
+                    self.emit_loop(lines, shape, lambda variables, index, k=k, v=v: (
+                        f"{v.adjoint(self.broadcast_index(v, shape, variables))} += "
+                        f"{derivatives[k](reads(variables), out.read(index), out.adjoint(index))};"))
+            self.backward.append(lines)
+        return out
+
+    def binary(self, node, name, args, kwargs):
+        a, b = self.operand(args[0]), self.operand(args[1])
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        scaled = (lambda x: x) if alpha == 1 else (lambda x: f"{_literal(alpha)} * {x}")
+        if name == "rsub":
+            a, b = b, a
+            name = "sub"
+        if name == "add":
+            return self.elementwise(node, [a, b], lambda x, y: f"{x} + {scaled(y)}",
+                                    [lambda r, o, g: g, lambda r, o, g: scaled(g)])
+        if name == "sub":
+            return self.elementwise(node, [a, b], lambda x, y: f"{x} - {scaled(y)}",
+                                    [lambda r, o, g: g, lambda r, o, g: "-" + scaled(g)])
+        if alpha != 1:
+            raise Unsupported(f"{_describe(node)} with alpha={alpha}")
+        if name == "mul":
+            return self.elementwise(node, [a, b], lambda x, y: f"{x} * {y}",
+                                    [lambda r, o, g: f"{g} * {r[1]}", lambda r, o, g: f"{r[0]} * {g}"])
+        if kwargs.get("rounding_mode") is not None:
+            raise Unsupported(f"{_describe(node)} with rounding_mode={kwargs['rounding_mode']!r}")
+        return self.elementwise(node, [a, b], lambda x, y: f"{x} / {y}",
+                                [lambda r, o, g: f"{g} / {r[1]}", lambda r, o, g: f"-{g} * {o} / {r[1]}"])
+
+    def power(self, node, args):
+        x, c = self.operand(args[0]), args[1]
+        if not isinstance(c, (int, float)) or isinstance(c, bool):
+            raise Unsupported(f"{_describe(node)} with an exponent that is not a constant number")
+        c = float(c)
+        if c == 2:
+            return self.elementwise(node, [x], lambda v: f"{v} * {v}", [lambda r, o, g: f"{g} * S(2) * {r[0]}"])
+        slope = (lambda v: "S(1)") if c == 1 else (lambda v: f"power({v}, {c - 1!r})")
+        return self.elementwise(node, [x], lambda v: f"power({v}, {c!r})",
+                                [lambda r, o, g: f"{g} * {_literal(c)} * {slope(r[0])}"])
+
+    def moves(self, node, name):
+        """An operation that only moves elements: out element -> (input, element), found by running
+        it on integer codes (input k's element e is k * 2^32 + e)."""
+        operation = node.args[0] if name == "getitem" else node  # getitem: of a tuple (unbind, split)
+        inputs = list(operation.all_input_nodes)
+        batched = any(self.values[i].batched for i in inputs) and not self.one_trajectory
+        codes = {}
+        for k, i in enumerate(inputs):
+            shape = _shape(i)
+            codes[i] = (torch.arange(math.prod(shape), dtype=torch.int64) + (k << 32)).reshape(shape)
+        substitute = lambda a: codes[a] if isinstance(a, torch.fx.Node) else a
+        result = operation.target(*torch.fx.node.map_aggregate(operation.args, substitute),
+                                  **torch.fx.node.map_aggregate(operation.kwargs, substitute))
+        if name == "getitem":
+            result = result[node.args[1]]
+        if isinstance(result, (tuple, list)):
+            return None  # a tuple of values (unbind, split): its getitem users are the moves
+        out_shape = self.row_shape(node, batched)
+        result = result.reshape(TRACE_BATCH, -1) if batched else result.reshape(1, -1)
+        sources = []
+        for row in range(result.shape[0]):
+            entries = []
+            for code in result[row].tolist():
+                k, e = code >> 32, code & 0xFFFFFFFF
+                source = self.values[inputs[k]]
+                if source.batched and not self.one_trajectory:
+                    if e // max(source.size, 1) != row:
+                        raise Unsupported(f"{_describe(node)}, which mixes the trajectories (each must be computed "
+                                          "on its own)")
+                    e %= max(source.size, 1)
+                entries.append((k, e))
+            sources.append(entries)
+        if any(entries != sources[0] for entries in sources):
+            raise Unsupported(f"{_describe(node)}, which treats the trajectories differently")
+        mapping = sources[0]
+        values = [self.values[i] for i in inputs]
+        stop_gradient = name == "detach"
+        if len(values) == 1 and values[0].size == len(mapping) and [e for _, e in mapping] == list(range(len(mapping))):
+            source = values[0]  # the same elements in the same order (view, reshape, clone): no copy
+            return Value(out_shape, source.read, None if stop_gradient else source.adjoint, source.batched)
+        active = any(v.active for v in values) and not stop_gradient
+        out = self.fresh(out_shape, active, batched, f"aten.{name}")
+        lines = []
+        for (start, k, source_start, length, step) in _runs(mapping):
+            source = values[k]
+            if length == 1:
+                self.forward.append(f"{out.read(start)} = {source.read(source_start)};")
+                if active and source.active:
+                    lines.append(f"{source.adjoint(source_start)} += {out.adjoint(start)};")
+            else:
+                src = _flat([("i", step)], source_start)
+                dst = _flat([("i", 1)], start)
+                self.forward.append(f"for (int i = 0; i < {length}; ++i) {out.read(dst)} = {source.read(src)};")
+                if active and source.active:
+                    lines.append(f"for (int i = 0; i < {length}; ++i) {source.adjoint(src)} += {out.adjoint(dst)};")
+        if lines:
+            self.backward.append(lines)
+        return out
+
+    def product(self, node, name, args, kwargs):
+        """out[i, j] = bias[i, j] + sum_k a[i, k] b[k, j] on one trajectory (mm, addmm, mv, dot)."""
+        if name == "addmm" and (kwargs.get("beta", 1) != 1 or kwargs.get("alpha", 1) != 1):
+            raise Unsupported(f"{_describe(node)} with beta or alpha other than 1")
+        bias_arg, a_arg, b_arg = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
+        a, b = self.factor(a_arg), self.factor(b_arg)
+        full_a, full_b = _shape(a_arg), _shape(b_arg)
+        batch = not self.one_trajectory
+        if batch and b is not None and b.batched:
+            raise Unsupported(f"{_describe(node)} with the state in its second factor along the trajectories "
+                              "(write y @ W.T, not W @ y.T)")
+        per_row_a = batch and a is not None and a.batched  # a is [N, K]: a vector of K per trajectory
+        if name in ("mm", "addmm"):
+            I, K = (1, full_a[1]) if per_row_a else full_a
+            J = full_b[1]
+            b_at = lambda k, j: _flat([(k, J), (j, 1)])
+        elif name == "mv":
+            (I, K), J = ((1, full_a[1]) if per_row_a else full_a), 1
+            b_at = lambda k, j: k
+        else:  # dot
+            I, K, J = 1, full_a[0], 1
+            b_at = lambda k, j: k
+        a_at = (lambda i, k: k) if (per_row_a or name == "dot") else (lambda i, k: _flat([(i, K), (k, 1)]))
+        a, a_at = self.transposed(a_arg, a, a_at)
+        b, b_at = self.transposed(b_arg, b, b_at)
+        bias = self.operand(bias_arg) if bias_arg is not None else None
+        operands = [x for x in (bias, a, b) if x is not None]
+        batched = any(x.batched for x in operands)
+        out_shape = self.row_shape(node, batched)
+        if math.prod(out_shape) != I * J:
+            raise Unsupported(f"{_describe(node)} of shapes {list(full_a)} and {list(full_b)}")
+        active = any(x.active for x in operands)
+        out = self.fresh(out_shape, active, batched, f"aten.{name}: ({I} x {K}) times ({K} x {J})")
+        i, j = ("i" if I > 1 else "0"), ("j" if J > 1 else "0")
+        o = _flat([(i, J), (j, 1)])
+        heads = ([f"for (int i = 0; i < {I}; ++i)"] if I > 1 else []) + \
+            ([f"for (int j = 0; j < {J}; ++j)"] if J > 1 else [])
+        out_variables = {2: ["i", "j"], 1: ["j" if I == 1 else "i"], 0: []}[len(out_shape)]
+        bias_at = self.broadcast_index(bias, out_shape, out_variables) if bias is not None else None
+        term = f"{a.read(a_at(i, 'k'))} * {b.read(b_at('k', j))}"
+        body = [f"S sum = {bias.read(bias_at) if bias is not None else 'S(0)'};",
+                f"for (int k = 0; k < {K}; ++k) sum += {term};",
+                f"{out.read(o)} = sum;"]
+        self.forward.extend(_block(heads, body))
+        if active:
+            back = [f"const S g = {out.adjoint(o)};"]
+            if bias is not None and bias.active:
+                back.append(f"{bias.adjoint(bias_at)} += g;")
+            inner = []
+            if a.active:
+                inner.append(f"{a.adjoint(a_at(i, 'k'))} += g * {b.read(b_at('k', j))};")
+            if b.active:
+                inner.append(f"{b.adjoint(b_at('k', j))} += {a.read(a_at(i, 'k'))} * g;")
+            if len(inner) == 1:
+                back.append(f"for (int k = 0; k < {K}; ++k) {inner[0]}")
+            elif inner:
+                back += [f"for (int k = 0; k < {K}; ++k) {{"] + ["  " + line for line in inner] + ["}"]
+            self.backward.append(_block(heads, back))
+        return out
+
+    def reduction(self, node, name, args, kwargs):
+        """sum or mean over the trailing dimensions of one trajectory's value."""
+        x = self.operand(args[0])
+        full = _shape(args[0])
+        dims = sorted({d % len(full) for d in args[1]}) if len(full) else []
+        if kwargs.get("dtype") is not None:
+            raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
+        first = 1 if (x.batched and not self.one_trajectory) else 0
+        if not dims or dims[0] < first or dims != list(range(dims[0], len(full))):
+            raise Unsupported(f"{_describe(node)} over dimensions {list(args[1])} of a value of shape {list(full)} "
+                              "(reductions over the last dimensions of one trajectory's value only)")
+        group = math.prod(full[d] for d in dims)
+        out_shape = self.row_shape(node, x.batched)
+        count = math.prod(out_shape)
+        out = self.fresh(out_shape, x.active, x.batched, f"aten.{name} of {group} elements")
+        scale = "" if name == "sum" else f" / S({group})"
+        o = "i" if count > 1 else "0"
+        element = _flat([(o, group), ("k", 1)])
+        body = ["S sum = 0;", f"for (int k = 0; k < {group}; ++k) sum += {x.read(element)};",
+                f"{out.read(o)} = sum{scale};"]
+        heads = [f"for (int i = 0; i < {count}; ++i)"] if count > 1 else []
+        self.forward.extend(_block(heads, body))
+        if x.active:
+            back = [f"for (int k = 0; k < {group}; ++k) {x.adjoint(element)} += {out.adjoint(o)}{scale};"]
+            self.backward.append([" ".join(heads + back)] if heads else back)
+        return out
+
+    def factor(self, arg):
+        return self.values[arg] if arg not in self.transposes else None
+
+    def transposed(self, arg, value, at):
+        """A factor that is the transpose of a matrix of one trajectory (W.T) is read from that
+        matrix with its indices swapped: no copy."""
+        source = self.transposes.get(arg)
+        if source is None:
+            return value, at
+        columns = self.values[source].shape[1]
+        return self.values[source], (lambda r, c: _flat([(c, columns), (r, 1)]))
+
+    def find_transposes(self):
+        """The 2-D transposes (t, permute [1, 0], transpose 0 1) of values that do not depend on
+        the state, used only as factors of matrix products."""
+        for node in self.graph_module.graph.nodes:
+            if node.op != "call_function" or not node.all_input_nodes:
+                continue
+            name, source = _name(node.target), node.args[0]
+            swaps = name == "t" or (name == "permute" and [d % 2 for d in node.args[1]] == [1, 0]) \
+                or (name == "transpose" and sorted(d % 2 for d in node.args[1:3]) == [0, 1])
+            if not swaps or len(_shape(source)) != 2 or _depends_on(source, self.state_nodes):
+                continue
+            users = self.uses.get(node, [])
+            factor = lambda user: _name(user.target) in _PRODUCTS and \
+                node in (user.args[1:3] if _name(user.target) == "addmm" else user.args[:2])
+            if users and all(factor(user) for user in users):
+                self.transposes[node] = source
+
+    # -- the walk --
+    def run(self):
+        placeholders = [node for node in self.graph_module.graph.nodes if node.op == "placeholder"]
+        t_node, y_node, tensor_nodes = placeholders[0], placeholders[1], placeholders[2:]
+        self.state_nodes = {t_node, y_node}
+        self.transposes = {}
+        self.find_transposes()
+        self.values[t_node] = Value(_shape(t_node)[0 if self.one_trajectory else 1:],
+                                    lambda i: "t", None, batched=True)
+        self.values[y_node] = Value((self.n,), lambda i: f"y[{i}]", lambda i: f"y_bar[{i}]", batched=True)
+        offset = 0
+        for index, node in enumerate(tensor_nodes):
+            if not self.uses.get(node):
+                continue
+            shape = self.tensor_shapes[index]
+            self.used_tensors.append(index)
+            self.values[node] = Value(shape, lambda i, o=offset: f"S(p.shared({_offset(o, i)}))",
+                                      lambda i, o=offset: f"p_bar.shared({_offset(o, i)})")
+            offset += math.prod(shape)
+        self.shared_count = offset
+        output = None
+        for node in self.graph_module.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                output = node.args[0]
+                break
+            if node.op == "get_attr":
+                constant = getattr(self.graph_module, node.target)
+                self.values[node] = self.constant(constant)
+                continue
+            if node.op != "call_function":
+                raise Unsupported(_describe(node))
+            if node not in self.transposes:
+                self.values[node] = self.call(node)
+        if isinstance(output, (tuple, list)):
+            raise Unsupported("a function returning a tuple (return one tensor of y's shape)")
+        return self.values[output]
+
+    def constant(self, tensor):
+        values = tensor.detach().reshape(-1).tolist()
+        if len(values) == 1:
+            return Value(tuple(tensor.shape), lambda i, x=values[0]: _literal(x))
+        name = f"c{self.counter}"
+        self.counter += 1
+        self.forward.append(f"const S {name}[{len(values)}] = {{{', '.join(_literal(x) for x in values)}}};")
+        return Value(tuple(tensor.shape), lambda i: f"{name}[{i}]")
+
+    def call(self, node):
+        name = _name(node.target)
+        args, kwargs = node.args, node.kwargs
+        if name in _UNARY:
+            forward, derivative = _UNARY[name]
+            self.math.update(f for f in _MATH_FUNCTIONS if f + "(" in forward("x") + derivative("x", "y", "g"))
+            return self.elementwise(node, [self.operand(args[0])], forward,
+                                    [lambda r, o, g, d=derivative: d(r[0], o, g)])
+        if name in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
+            return self.binary(node, name, args, kwargs)
+        if name == "pow" and isinstance(args[0], torch.fx.Node):
+            return self.power(node, args)
+        if name in _PRODUCTS:
+            return self.product(node, name, args, kwargs)
+        if name in ("sum", "mean") and len(args) >= 2:
+            return self.reduction(node, name, args, kwargs)
+        if name in _MOVES or name == "getitem":
+            return self.moves(node, name)
+        if name in ("zeros_like", "ones_like", "full_like", "scalar_tensor", "full", "zeros", "ones"):
+            batched = name.endswith("_like") and self.values[node.args[0]].batched
+            return self.constant(_fill(node, self.row_shape(node, batched)))
+        raise Unsupported(_describe(node))
+
+
+class _Declaration:
+    """A value's declaration among the forward lines; rendered with its first assignment when it
+    is a number."""
+
+    def __init__(self, name, size, comment):
+        self.name, self.size, self.comment = name, size, comment
+
+
+def _render(lines):
+    rendered, k = [], 0
+    while k < len(lines):
+        line = lines[k]
+        if isinstance(line, _Declaration):
+            following = lines[k + 1] if k + 1 < len(lines) else None
+            if line.size == 1 and isinstance(following, str) and following.startswith(f"{line.name} = "):
+                rendered.append(f"const S {following}  // {line.comment}")
+                k += 2
+                continue
+            declared = line.name if line.size == 1 else f"{line.name}[{line.size}]"
+            rendered.append(f"S {declared};  // {line.comment}")
+        else:
+            rendered.append(line)
+        k += 1
+    return rendered
+
+
+def _fill(node, shape):
+    """The constant tensor of a creation operation (zeros_like, full, ...), per trajectory."""
+    name = _name(node.target)
+    value = {"zeros_like": 0, "ones_like": 1, "zeros": 0, "ones": 1}.get(name)
+    if value is None:
+        value = node.args[1] if name in ("full_like", "full") else node.args[0]
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise Unsupported(_describe(node) + " with a value that is not a constant number")
+    return torch.full(shape, float(value))
+
+
+def _depends_on(node, leaves):
+    """Whether node is one of `leaves` or computed from one."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in seen or not isinstance(current, torch.fx.Node):
+            continue
+        seen.add(current)
+        if current in leaves:
+            return True
+        stack.extend(current.all_input_nodes)
+    return False
+
+
+def _offset(o, i):
+    """The index expression o + i."""
+    if i == "0":
+        return str(o)
+    return f"{o} + {i}" if o else i
+
+
+def _runs(mapping):
+    """(out start, input, input start, length, input step) runs of an element mapping."""
+    runs = []
+    for position, (k, e) in enumerate(mapping):
+        if runs:
+            start, rk, rs, length, step = runs[-1]
+            if rk == k and position == start + length:
+                if length == 1 and e != rs:
+                    runs[-1] = (start, k, rs, 2, e - rs)
+                    continue
+                if length > 1 and e == rs + length * step:
+                    runs[-1] = (start, k, rs, length + 1, step)
+                    continue
+        runs.append((position, k, e, 1, 1))
+    return runs
+
+
+def _block(heads, body):
+    if not heads:
+        return ["{"] + ["  " + line for line in body] + ["}"]
+    return [" ".join(heads) + " {"] + ["  " + line for line in body] + ["}"]
+
+
+def generate(graph_module, n, one_trajectory, tensor_shapes, struct_name="UserField"):
+    """(C++ source of the field struct, indices of the tensors it reads, shared parameter count)."""
+    generator = FieldGenerator(graph_module, n, one_trajectory, tensor_shapes)
+    out = generator.run()
+    if out.shape != (n,):
+        raise Unsupported(f"a result of shape {list(out.shape)} per trajectory, expected [{n}]")
+    math_usings = "".join(f"    using Kokkos::{f};\n" for f in sorted(generator.math - {"pow"}))
+    forward = "\n".join("    " + line for line in _render(generator.forward))
+    store = f"    for (int i = 0; i < {n}; ++i) dy[i] = {out.read('i')};" if n > 1 else f"    dy[0] = {out.read('0')};"
+    backward_lines = []
+    if out.active:
+        seed = f"{out.adjoint('i')} += dy_bar[i];"
+        backward_lines.append(f"for (int i = 0; i < {n}; ++i) {seed}" if n > 1 else seed.replace("[i]", "[0]"))
+    for lines in reversed(generator.backward):
+        backward_lines.extend(lines)
+    adjoints = "\n".join("    " + line for line in generator.adjoints)
+    backward = "\n".join("    " + line for line in backward_lines)
+    source = f"""struct {struct_name} {{
+  static constexpr int state_size = {n};
+  KOKKOS_INLINE_FUNCTION int parameter_count() const {{ return 0; }}
+  KOKKOS_INLINE_FUNCTION int shared_parameter_count() const {{ return {generator.shared_count}; }}
+
+  // dy = f(t, y) for one trajectory: the traced function, operation by operation.
+  template <class S, class P>
+  KOKKOS_INLINE_FUNCTION void operator()([[maybe_unused]] S t, const S* y, [[maybe_unused]] const P& p, S* dy) const {{
+{math_usings}{forward}
+{store}
+  }}
+
+  // y_bar += (df/dy)^T dy_bar, p_bar.shared += (df/dshared)^T dy_bar: the forward lines again, then
+  // each operation's adjoint in reverse order.
+  template <class S, class P, class G>
+  KOKKOS_INLINE_FUNCTION void vjp([[maybe_unused]] S t, const S* y, [[maybe_unused]] const P& p, const S* dy_bar,
+                                  [[maybe_unused]] S* y_bar, [[maybe_unused]] const G& p_bar) const {{
+{math_usings}{forward}
+{adjoints}
+{backward}
+  }}
+}};
+"""
+    return source, generator.used_tensors, generator.shared_count

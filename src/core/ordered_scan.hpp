@@ -239,8 +239,9 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
     // its resident threads (H200: the one-step-per-thread plan over 2^16 channels ran 1.9x faster
     // than 8 sub-chunks, while 2^14 channels gained from them; docs/performance.md), so
     // sub-chunks pay only while the threads without them are fewer than that saturation divided
-    // by the extra work. Teams whose windows are staged grow to 256 threads (the session 6
-    // prototype's tiles, docs/performance.md); the scan of the sub-chunk maps takes log2 P rounds.
+    // by the extra work. Teams whose windows are staged grow to 256 threads (the tiles of the
+    // prototype measured on the H200, docs/performance.md); the scan of the sub-chunk maps takes
+    // log2 P rounds.
     const double saturation = concurrency / 4;
     const double threads = std::max(1.0, teams * threads_per_team);
     const std::size_t map_bytes = sizeof(Acc) * detail::map_size<D> * plan.lanes;

@@ -89,7 +89,7 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   // fp32, at 1 and at 256 groups), while the newton mode's one-pass scans grow with B x groups x T
   // (0.31 ns per element at 256 groups). They cross near 175 groups of a 65536-step sequence, which
   // is 1/1536 of the H200's resident threads: at 256 groups fused takes 3.6 ms against 5.2 ms, at
-  // one group 13.7 ms against 0.56 ms (session 5, docs/performance.md).
+  // one group 13.7 ms against 0.56 ms (H200, docs/performance.md).
   return double(shape.batch) * shape.groups * 1536 >= double(space.concurrency()) ? NewtonMode::fused : NewtonMode::newton;
 }
 

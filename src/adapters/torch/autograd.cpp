@@ -85,7 +85,7 @@ auto call_below_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&
 
 // The autograd kernel of an operator: through Function when an argument is differentiated,
 // otherwise straight to the kernel below autograd, since building a Function node that nothing
-// will use costs several microseconds per call (H200, session 7).
+// will use costs several microseconds per call (measured on the H200).
 template <class Function, class Kernel, class... Args>
 auto run_with_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&... args) {
   using Result = decltype(op.call(args...));

@@ -96,17 +96,24 @@ def found_tensors(owner, function):
     for module in modules:
         tensors += [p for _, p in module.named_parameters()] + [b for _, b in module.named_buffers()]
     if function is not None:
-        for cell in function.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
-            if torch.is_tensor(value):
-                tensors.append(value)
+        tensors += [value for _, value in _closure_tensors(function)]
         tensors += [d for d in function.__defaults__ or () if torch.is_tensor(d)]
         tensors += [d for d in (function.__kwdefaults__ or {}).values() if torch.is_tensor(d)]
         tensors += [function.__globals__[name] for name in _global_names(function, torch.Tensor)]
     return tensors
+
+
+def _closure_tensors(function):
+    """(cell, tensor) of every closure cell of function that holds a tensor, in order."""
+    found = []
+    for cell in function.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        if torch.is_tensor(value):
+            found.append((cell, value))
+    return found
 
 
 def _module_slots(modules):
@@ -135,13 +142,7 @@ def call_with(entry, t, y, tensors):
     slots = [(store, key, value) for store, key, value in _module_slots(modules) if id(value) in replacement]
     cells, defaults, kwdefaults, global_tensors = [], None, None, []
     if function is not None:
-        for cell in function.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
-            if torch.is_tensor(value):
-                cells.append((cell, value, next(tensors)))
+        cells = [(cell, value, next(tensors)) for cell, value in _closure_tensors(function)]
         if function.__defaults__:
             defaults = function.__defaults__
             function.__defaults__ = tuple(next(tensors) if torch.is_tensor(d) else d for d in defaults)

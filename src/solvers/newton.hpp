@@ -13,8 +13,7 @@
 // One Newton iteration linearises f around the current iterate h^k and solves, for delta,
 //     delta_t = A_t delta_{t-1} + (f(h^k_{t-1}, u_t) - h^k_t),  delta_{-1} = 0,   A_t = df/dh(h^k_{t-1}, u_t)
 // then sets h^{k+1} = h^k + omega delta. The ordered scan (core/ordered_scan.hpp) runs it with
-// operands built on the fly by NewtonLinearization from (u, h^k): no Jacobian is stored, and the
-// first pass evaluates the initial guess f(0, u_t) inside the operands instead of reading it.
+// operands built on the fly by NewtonLinearization from (u, h^k): no Jacobian is stored.
 // Each pass reads h^k from one buffer and writes h^{k+1} to another (h and a work buffer in turn):
 // the engine reads h^k_{s-1} at sub-chunk, window and time-chunk boundaries from other threads,
 // so writing in place would race.
@@ -148,16 +147,15 @@ inline void check_newton_config(const NewtonConfig& config) {
 }
 
 // The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
-// buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn), so a solve has
-// two pass types (from the guess, from a View) whatever the guess and buffers. Returns the
-// iterations run.
+// buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn); an initial
+// guess that is not given is first written into the buffer the first pass reads, so every pass
+// reads a View and a solve has one pass type whatever the guess. Returns the iterations run.
 template <class Acc, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
 int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, const IterateView& h, const H0View& h0,
                    const NewtonConfig& config, const ScanShape& shape, bool check_on_host, const ResidualOf& residual_of,
                    int& picard_sweeps) {
   using structure = typename Cell::structure;
   using iterate_t = Iterate<IterateView, H0View>;
-  using guess_t = Iterate<IterateView, H0View, true>;
   using buffer_layout = std::conditional_t<std::is_same_v<typename IterateView::array_layout, Kokkos::LayoutStride>,
                                            Kokkos::LayoutRight, typename IterateView::array_layout>;
   const int B = shape.batch, T = shape.steps, N = cell.state_size(), d = shape.group_size;
@@ -168,30 +166,27 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   const bool quasi = !std::is_same_v<structure, Diagonal> && config.jacobian == NewtonJacobian::quasi;
   const ScanShape scan_shape = quasi ? ScanShape{B, T, N, 1} : shape;
 
-  // Runs one pass from wherever the iterate is to the other buffer. `fresh` starts from the guess.
-  // Passes alternate between h and work; the first is aimed so that the planned last lands in h.
   // A restart (picard_adapt) cannot reuse a given guess: h was overwritten; it starts from f(0, u).
-  bool in_work = false, fresh = true;
-  int planned_passes = 0;
   InitialGuess guess = config.initial_guess;
+  auto write_guess = [&](const IterateView& into) {
+    if (guess == InitialGuess::zeros) Kokkos::deep_copy(space, into, 0);
+    else
+      Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
+                           CellAtZeroState<Acc, Cell, UView, IterateView>{cell, u, into, T, shape.groups, d});
+  };
+  // Whether the iterate is in work (or in h); each pass moves it to the other buffer.
+  bool in_work = false;
   auto run_pass = [&](const auto& pass) {
-    const bool to_work = fresh ? (guess == InitialGuess::given || planned_passes % 2 == 0) : !in_work;
-    const IterateView& out = to_work ? work : h;
-    if (fresh && guess != InitialGuess::given)
-      pass(guess_t{h, h0, d, guess == InitialGuess::zeros ? IterateSource::zeros : IterateSource::cell_at_zero}, out);
-    else pass(iterate_t{in_work ? work : h, h0, d}, out);
-    in_work = to_work;
-    fresh = false;
+    pass(iterate_t{in_work ? work : h, h0, d}, in_work ? h : work);
+    in_work = !in_work;
   };
-  auto picard = [&](const auto& old, const IterateView& out) {
-    using old_t = std::decay_t<decltype(old)>;
+  auto picard = [&](const iterate_t& old, const IterateView& out) {
     Kokkos::parallel_for("paraseq::newton_picard", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                         PicardSweep<Acc, Cell, UView, old_t, IterateView>{cell, u, old, out, T, shape.groups, d});
+                         PicardSweep<Acc, Cell, UView, iterate_t, IterateView>{cell, u, old, out, T, shape.groups, d});
   };
-  auto newton = [&](const auto& old, const IterateView& out) {
-    using old_t = std::decay_t<decltype(old)>;
+  auto newton = [&](const iterate_t& old, const IterateView& out) {
     auto scan = [&]<bool Quasi>() {
-      using rec_t = NewtonLinearization<Acc, Cell, Quasi, UView, old_t, IterateView>;
+      using rec_t = NewtonLinearization<Acc, Cell, Quasi, UView, iterate_t, IterateView>;
       using scan_structure = std::conditional_t<Quasi, Diagonal, structure>;
       ordered_scan<scan_structure, Acc>(space, scan_shape, rec_t{cell, u, old, out, Acc(config.omega), d},
                                         newton_scan_config<ExecSpace>(config.scan));
@@ -205,8 +200,12 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   int iterations = 0;
   picard_sweeps = config.picard_iters;
   for (;;) {
-    fresh = true;
-    planned_passes = std::max(1, picard_sweeps + config.max_iters);
+    // A given guess starts in h; another is placed so that the planned last pass lands in h.
+    in_work = false;
+    if (guess != InitialGuess::given) {
+      in_work = (picard_sweeps + config.max_iters) % 2 == 1;
+      write_guess(in_work ? work : h);
+    }
     for (int sweep = 0; sweep < picard_sweeps; ++sweep) run_pass(picard);
     double r = 0;
     for (iterations = 0; iterations < config.max_iters;) {
@@ -226,12 +225,6 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
       throw NewtonDivergenceError(r, iterations, *config.residual_fail);
     break;
   }
-  if (fresh && guess != InitialGuess::given) // no pass ran: the result is the guess
-    run_pass([&](const auto& old, const IterateView& out) {
-      using old_t = std::decay_t<decltype(old)>;
-      Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
-                           IterateCopy<Acc, Cell, UView, old_t, IterateView>{cell, u, old, out, T, shape.groups, d});
-    });
   if (in_work) Kokkos::deep_copy(space, h, work);
   return iterations;
 }
@@ -298,10 +291,10 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
 }
 
 // The Newton iteration's recurrence in the compiled instances (cmake/paraseqInstances.cmake).
-template <class T, class Cell, class ExecSpace, bool Quasi, bool FromGuess>
-using compiled_linearization_t =
-    NewtonLinearization<T, Cell, Quasi, InView<T, 3, ExecSpace>,
-                        Iterate<OutView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>, FromGuess>, OutView<T, 3, ExecSpace>>;
+template <class T, class Cell, class ExecSpace, bool Quasi>
+using compiled_linearization_t = NewtonLinearization<T, Cell, Quasi, InView<T, 3, ExecSpace>,
+                                                     Iterate<OutView<T, 3, ExecSpace>, InView<T, 2, ExecSpace>>,
+                                                     OutView<T, 3, ExecSpace>>;
 
 // Whether a solve runs a compiled instance: a built-in cell of u's type in the space's memory,
 // accumulated in that type, over Views that convert to views.hpp's types.

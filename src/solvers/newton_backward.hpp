@@ -60,7 +60,7 @@ struct AdjointLinearization {
   // J = df/dh at (h_{t-1}, u_t) for t in [0, T).
   KOKKOS_INLINE_FUNCTION void jacobian(int b, int t, int g, Acc* J) const {
     Acc h_prev[D], in[Cell::max_inputs_per_group], f[D];
-    trajectory.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+    trajectory.template load<Acc>(b, t - 1, g, h_prev);
     gather_inputs<Acc>(cell, u, b, t, g, in);
     cell.linearize(g, h_prev, in, f, J);
   }
@@ -113,7 +113,7 @@ struct LocalGradients {
     for (int t = run * run_length; t < Kokkos::min(steps, (run + 1) * run_length); ++t) {
       Acc h_prev[D], in[Cell::max_inputs_per_group], m[D], dh[D], du_local[Cell::max_inputs_per_group],
           dp[Cell::max_params_per_group];
-      trajectory.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+      trajectory.template load<Acc>(b, t - 1, g, h_prev);
       gather_inputs<Acc>(cell, u, b, t, g, in);
       for (int i = 0; i < d; ++i) m[i] = Acc(mu(b, t, g * d + i));
       cell.vjp(g, h_prev, in, m, dh, du_local, dp);

@@ -48,34 +48,18 @@ KOKKOS_INLINE_FUNCTION void small_matvec(int d, const Acc* J, const Acc* x, Acc*
   }
 }
 
-// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state): a
-// View, or (FromGuess, the first pass of a solve) the initial guess, computed where it is needed.
-// Which guess is a run-time value, the same for every thread: a solve has two pass types, not one
-// per guess, and the passes that read a View carry no guess code.
-enum class IterateSource {
-  stored,       // h^k lives in the View h
-  cell_at_zero, // h^0_t = f(0, u_t)
-  zeros,        // h^0_t = 0
-};
-
-template <class HView, class H0View, bool FromGuess = false>
+// Where a pass reads the current iterate h^k of group g at step t (t = -1 is the initial state).
+// Every pass reads a View: an initial guess that is not given is written into one first
+// (CellAtZeroState), so that each scan's kernels exist once per solve, not once per guess.
+template <class HView, class H0View>
 struct Iterate {
   HView h;
   H0View h0;
   int d;
-  IterateSource source = IterateSource::stored;
-  template <class Acc, class Cell, class UView>
-  KOKKOS_INLINE_FUNCTION void load(const Cell& cell, const UView& u, int b, int t, int g, Acc* x) const {
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void load(int b, int t, int g, Acc* x) const {
     if (t < 0) return load_initial<Acc>(h0, b, g * d, d, x);
-    if constexpr (!FromGuess) {
-      for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
-    } else if (source == IterateSource::zeros) {
-      for (int i = 0; i < d; ++i) x[i] = Acc(0);
-    } else {
-      Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group];
-      gather_inputs<Acc>(cell, u, b, t, g, in);
-      cell.step(g, zero, in, x);
-    }
+    for (int i = 0; i < d; ++i) x[i] = Acc(h(b, t, g * d + i));
   }
 };
 
@@ -96,8 +80,8 @@ struct NewtonLinearization {
   // f(h^k_{t-1}, u_t), J and h^k_t of the cell group holding scan group g.
   KOKKOS_INLINE_FUNCTION void operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
     Acc h_prev[D], in[Cell::max_inputs_per_group];
-    old.template load<Acc>(cell, u, b, t - 1, cell_group(g), h_prev);
-    old.template load<Acc>(cell, u, b, t, cell_group(g), h_t);
+    old.template load<Acc>(b, t - 1, cell_group(g), h_prev);
+    old.template load<Acc>(b, t, cell_group(g), h_t);
     gather_inputs<Acc>(cell, u, b, t, cell_group(g), in);
     cell.linearize(cell_group(g), h_prev, in, f, J);
   }
@@ -123,7 +107,7 @@ struct NewtonLinearization {
   }
   KOKKOS_INLINE_FUNCTION void store(int b, int t, int g, const Acc* delta) const {
     Acc h_t[D];
-    old.template load<Acc>(cell, u, b, t, cell_group(g), h_t);
+    old.template load<Acc>(b, t, cell_group(g), h_t);
     using out_t = typename HOut::value_type;
     if constexpr (Quasi) h_new(b, t, g) = out_t(h_t[g % d] + omega * delta[0]);
     else
@@ -142,25 +126,25 @@ struct PicardSweep {
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
     const int g = int(index % groups), t = int(index / groups % steps), b = int(index / groups / steps);
     Acc h_prev[cell_group_bound<Cell>], in[Cell::max_inputs_per_group], f[cell_group_bound<Cell>];
-    old.template load<Acc>(cell, u, b, t - 1, g, h_prev);
+    old.template load<Acc>(b, t - 1, g, h_prev);
     gather_inputs<Acc>(cell, u, b, t, g, in);
     cell.step(g, h_prev, in, f);
     for (int i = 0; i < d; ++i) h_new(b, t, g * d + i) = typename HOut::value_type(f[i]);
   }
 };
 
-// Writes the iterate a source holds (the guess when no pass ran) into a View.
-template <class Acc, class Cell, class UView, class Iterate, class HOut>
-struct IterateCopy {
+// The initial guess h^0_t = f(0, u_t), all (b, t, g) in parallel.
+template <class Acc, class Cell, class UView, class HOut>
+struct CellAtZeroState {
   Cell cell;
   UView u;
-  Iterate source;
   HOut h;
   int steps, groups, d;
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
     const int g = int(index % groups), t = int(index / groups % steps), b = int(index / groups / steps);
-    Acc x[cell_group_bound<Cell>];
-    source.template load<Acc>(cell, u, b, t, g, x);
+    Acc zero[cell_group_bound<Cell>] = {}, in[Cell::max_inputs_per_group], x[cell_group_bound<Cell>];
+    gather_inputs<Acc>(cell, u, b, t, g, in);
+    cell.step(g, zero, in, x);
     for (int i = 0; i < d; ++i) h(b, t, g * d + i) = typename HOut::value_type(x[i]);
   }
 };
@@ -210,8 +194,8 @@ struct ResidualSlices {
           const int t = int(index / groups), g = int(index % groups);
           Acc h_prev[cell_group_bound<Cell>], h_t[cell_group_bound<Cell>], in[Cell::max_inputs_per_group],
               f[cell_group_bound<Cell>];
-          iterate.template load<Acc>(cell, u, b, t - 1, g, h_prev);
-          iterate.template load<Acc>(cell, u, b, t, g, h_t);
+          iterate.template load<Acc>(b, t - 1, g, h_prev);
+          iterate.template load<Acc>(b, t, g, h_t);
           gather_inputs<Acc>(cell, u, b, t, g, in);
           cell.step(g, h_prev, in, f);
           for (int i = 0; i < d; ++i) {

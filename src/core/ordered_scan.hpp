@@ -37,6 +37,10 @@
 //   KOKKOS_FUNCTION void affine(int b, int s, int g, const Acc* x, Acc* y) const; // y = L_s x + c_s
 //   KOKKOS_FUNCTION void linear(int b, int s, int g, const Acc* x, Acc* y) const; // y = L_s x
 //   KOKKOS_FUNCTION void store(int b, int s, int g, const Acc* y) const;       // receives x_s
+// and optionally, where one evaluation gives the whole map (a linearisation gives L_s and c_s at
+// once), the map itself as the engine stores it (see map_size), so that loading a step evaluates
+// it once rather than d + 1 times:
+//   template <int D> KOKKOS_FUNCTION void step_map(int b, int s, int g, Acc* map) const;
 // Materialised Views are one implementation (linear_scan.hpp); solvers build (L_s, c_s) on the fly.
 
 #include <paraseq/core/structure.hpp>
@@ -129,16 +133,21 @@ KOKKOS_INLINE_FUNCTION void map_push_step(const Recurrence& rec, int batch, int 
   for (int i = 0; i < d; ++i) map[D * D + i] = column[i];
 }
 
-// The map (L_s, c_s) of step s: column j is L_s e_j, the offset is the step applied to 0.
+// The map (L_s, c_s) of step s: the recurrence's own step_map, or column j is L_s e_j and the
+// offset is the step applied to 0.
 template <class Acc, int D, class Recurrence>
 KOKKOS_INLINE_FUNCTION void load_step_map(const Recurrence& rec, int batch, int step, int group, int d, Acc* map) {
-  Acc unit[D];
-  for (int j = 0; j < d; ++j) {
-    for (int i = 0; i < d; ++i) unit[i] = Acc(i == j);
-    rec.linear(batch, step, group, unit, map + j * D);
+  if constexpr (requires { rec.template step_map<D>(batch, step, group, map); }) {
+    rec.template step_map<D>(batch, step, group, map);
+  } else {
+    Acc unit[D];
+    for (int j = 0; j < d; ++j) {
+      for (int i = 0; i < d; ++i) unit[i] = Acc(i == j);
+      rec.linear(batch, step, group, unit, map + j * D);
+    }
+    for (int i = 0; i < d; ++i) unit[i] = Acc(0);
+    rec.affine(batch, step, group, unit, map + D * D);
   }
-  for (int i = 0; i < d; ++i) unit[i] = Acc(0);
-  rec.affine(batch, step, group, unit, map + D * D);
 }
 
 // outer <- later o outer, i.e. (M_l M_o, M_l v_o + v_l).

@@ -81,6 +81,21 @@ struct AdjointLinearization {
     linear(b, s, g, x, y);
     for (int i = 0; i < d; ++i) y[i] += Acc(g_in(b, steps - 1 - s, g * d + i));
   }
+  // The whole map from one Jacobian: L = J_{t+1}^T (column-major, stride MapD), c = g_t.
+  template <int MapD>
+  KOKKOS_INLINE_FUNCTION void step_map(int b, int s, int g, Acc* map) const {
+    const int next = steps - s; // t + 1
+    if (next >= steps) {
+      for (int j = 0; j < d; ++j)
+        for (int i = 0; i < d; ++i) map[j * MapD + i] = Acc(0);
+    } else {
+      Acc J[D * D];
+      jacobian(b, next, g, J);
+      for (int j = 0; j < d; ++j)
+        for (int i = 0; i < d; ++i) map[j * MapD + i] = J[j * d + i];
+    }
+    for (int i = 0; i < d; ++i) map[MapD * MapD + i] = Acc(g_in(b, steps - 1 - s, g * d + i));
+  }
   KOKKOS_INLINE_FUNCTION void store(int b, int s, int g, const Acc* y) const {
     const int t = steps - 1 - s;
     for (int i = 0; i < d; ++i) mu(b, t, g * d + i) = typename MuView::value_type(y[i]);

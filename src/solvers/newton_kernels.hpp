@@ -105,6 +105,21 @@ struct NewtonLinearization {
       for (int i = 0; i < d; ++i) y[i] += f[i] - h_t[i];
     }
   }
+  // The whole map from one linearisation: L = J (column-major, stride MapD), c = f - h_t.
+  template <int MapD>
+  KOKKOS_INLINE_FUNCTION void step_map(int b, int t, int g, Acc* map) const {
+    Acc f[D], J[D * D], h_t[D];
+    operands(b, t, g, f, J, h_t);
+    if constexpr (Quasi) {
+      const int i = g % d;
+      map[0] = J[i * (d + 1)];
+      map[MapD * MapD] = f[i] - h_t[i];
+    } else {
+      for (int j = 0; j < d; ++j)
+        for (int i = 0; i < d; ++i) map[j * MapD + i] = J[i * d + j];
+      for (int i = 0; i < d; ++i) map[MapD * MapD + i] = f[i] - h_t[i];
+    }
+  }
   KOKKOS_INLINE_FUNCTION void store(int b, int t, int g, const Acc* delta) const {
     Acc h_t[D];
     old.template load<Acc>(b, t, cell_group(g), h_t);

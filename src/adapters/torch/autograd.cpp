@@ -21,6 +21,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -287,9 +288,19 @@ std::tuple<at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const
 // they depend on (the saved inputs and the incoming gradient), so that differentiating them again
 // raises instead of giving silently zero second derivatives.
 
+// Autograd nodes are held by std::shared_ptr up to some LibTorch version and by c10::intrusive_ptr
+// after it: make one the way this LibTorch's edges hold it.
+template <class Node, class... Arguments>
+auto make_node(Arguments&&... arguments) {
+  using pointer = decltype(torch::autograd::Edge{}.function);
+  if constexpr (std::is_same_v<pointer, std::shared_ptr<torch::autograd::Node>>)
+    return std::make_shared<Node>(std::forward<Arguments>(arguments)...);
+  else return c10::make_intrusive<Node>(std::forward<Arguments>(arguments)...);
+}
+
 variable_list once_differentiable(variable_list gradients, const variable_list& depends_on) {
   if (!at::GradMode::is_enabled() || !torch::autograd::any_variable_requires_grad(depends_on)) return gradients;
-  const auto error = c10::make_intrusive<torch::autograd::Error>(
+  const auto error = make_node<torch::autograd::Error>(
       "paraseq.odeint does not support double backward (a derivative of its gradient, such as a Hessian): its "
       "backward, paraseq::odeint_backward, is not differentiable",
       torch::autograd::collect_next_edges(depends_on));

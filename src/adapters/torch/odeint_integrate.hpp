@@ -96,9 +96,10 @@ template <int FieldIndex, int MethodIndex>
 void integrate(const char* op, const OdeintArgs& args, const std::vector<double>& times, const OdeintTensors& tensors) {
   using Field = BuiltinField<FieldIndex>;
   const Field field = make_field<Field>(int(args.y0.size(1)), int(args.mlp_hidden));
+  using shared = std::bool_constant<has_shared_parameters<Field>>; // a type: nvcc takes no variable template here
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
     with_space(op, args.y0, [&](const auto& space) {
-      integrate_field<decltype(zero), BuiltinMethod<MethodIndex>, has_shared_parameters<Field>>(op, args, times, tensors, space, field);
+      integrate_field<decltype(zero), BuiltinMethod<MethodIndex>, shared::value>(op, args, times, tensors, space, field);
     });
   });
 }
@@ -108,9 +109,10 @@ void integrate_adjoint(const char* op, const OdeintArgs& args, const std::vector
                        const OdeintTensors& tensors) {
   using Field = BuiltinField<FieldIndex>;
   const Field field = make_field<Field>(int(args.y0.size(1)), int(args.mlp_hidden));
+  using shared = std::bool_constant<has_shared_parameters<Field>>; // a type: nvcc takes no variable template here
   dispatch_float(tensors.y0.scalar_type(), [&](auto zero) {
     with_space(op, args.y0, [&](const auto& space) {
-      integrate_field_adjoint<decltype(zero), BuiltinMethod<MethodIndex>, has_shared_parameters<Field>>(op, args, times, tensors, space, field);
+      integrate_field_adjoint<decltype(zero), BuiltinMethod<MethodIndex>, shared::value>(op, args, times, tensors, space, field);
     });
   });
 }

@@ -29,6 +29,7 @@ HALF_TYPES = (torch.float16, torch.bfloat16)
 DTYPE_CODES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 STRUCTURE_CODES = ("diag", "block", "dense", "block2", "block4")
 DEVICE_TYPE_CODES = ("cpu", "cuda")
+AGREEMENT_WIDTH = 24  # the int64 values each rank sends to agree(): 5 and at most 19 arguments
 
 
 # ---- the group and the agreement between ranks ----------------------------------------------------
@@ -56,6 +57,10 @@ class Agreed:
     value: int
     describe: Callable[[int], str] = str
     error: type = ValueError
+
+
+def describe_bool(code: int) -> str:
+    return str(bool(code))
 
 
 def describe_dtype(code: int) -> str:
@@ -105,7 +110,8 @@ def agree(function: str, group, device: torch.device, local_error: Optional[Base
     group rank whose arguments were refused, or the first argument on which the ranks differ, or an
     h0 given on a rank other than group rank 0."""
     local = [0 if local_error is None else 1, steps, int(has_h0), int(needs_grad), int(torch.is_grad_enabled())]
-    local += [0] * len(entries) if local_error is not None else [entry.value for entry in entries]
+    local += [entry.value for entry in entries] if local_error is None else []
+    local += [0] * (AGREEMENT_WIDTH - len(local))  # one size on every rank, whatever failed where
     rows = _all_gather_rows(torch.tensor(local, dtype=torch.int64, device=device), group)
     if local_error is not None:
         raise local_error
@@ -320,7 +326,7 @@ def linear_scan(A, b, h0, structure, reverse, group, check_local: Callable[[], N
                    Agreed("b", "dtype", dtype_code(b.dtype), describe_dtype, TypeError),
                    Agreed("b", "device type", device_code(b.device), describe_device),
                    Agreed("structure", "value", STRUCTURE_CODES.index(structure), describe_structure),
-                   Agreed("A", "block size k", block), Agreed("reverse", "value", int(bool(reverse)), str)]
+                   Agreed("A", "block size k", block), Agreed("reverse", "value", int(bool(reverse)), describe_bool)]
         steps = T
     except (TypeError, ValueError, RuntimeError, IndexError) as raised:
         error = raised

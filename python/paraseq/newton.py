@@ -687,7 +687,8 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
                                 _distributed.describe_float),
             _distributed.Agreed("cfg", "residual_fail", _distributed.float_code(cfg.residual_fail),
                                 _distributed.describe_float),
-            _distributed.Agreed("return_stats", "value", int(bool(return_stats)), lambda code: str(bool(code))),
+            _distributed.Agreed("return_stats", "value", int(bool(return_stats)),
+                                _distributed.describe_bool),
         ]
         steps = T
     except (TypeError, ValueError, NotImplementedError, RuntimeError) as raised:

@@ -21,7 +21,6 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from ._ops import ops
 
@@ -156,13 +155,10 @@ def global_max(tensor: torch.Tensor, group) -> torch.Tensor:
     return result
 
 
-def grad_anchor(slices: Slices, device, *inputs) -> Optional[torch.Tensor]:
+def grad_anchor(anywhere: bool, locally: bool, device) -> Optional[torch.Tensor]:
     """When some rank's inputs require grad and none of this rank's do, an empty leaf that does:
     this rank's result then requires grad too, and its backward joins the collective backward."""
-    locally = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-    if slices.grad_anywhere and not locally:
-        return torch.zeros(0, device=device, requires_grad=True)
-    return None
+    return torch.zeros(0, device=device, requires_grad=True) if anywhere and not locally else None
 
 
 # ---- the maps of the slices -----------------------------------------------------------------------
@@ -281,6 +277,29 @@ def _map_shape(structure, N, A):
     return (N, N)
 
 
+class RefuseSecondDerivative(torch.autograd.Function):
+    """Identity on a first derivative; differentiating it raises `message`. anchor, a tensor that
+    requires grad, puts it on the graph: a gradient that holds something fixed (the Jacobians at a
+    solution, the maps of a distributed scan) would otherwise give a silently wrong second one."""
+
+    @staticmethod
+    def forward(value, message, anchor):
+        return value.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError(ctx.message)
+
+
+SCAN_SECOND_DERIVATIVE_REFUSED = (
+    "linear_scan: the gradient of a distributed scan (process_group) is not differentiable (no second derivatives: "
+    "Hessians, gradgradcheck, a gradient penalty's backward); without process_group, linear_scan has them")
+
+
 class DistributedLinearScan(torch.autograd.Function):
     """The distributed scan with its backward, the distributed scan the other way: for h_t = A_t h_{t-1}
     + b_t, lambda = the reverse scan of grad_h, grad_b = lambda, grad_A_t = lambda_t h_{t-1}^T and
@@ -296,7 +315,6 @@ class DistributedLinearScan(torch.autograd.Function):
         return h
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_h):
         A, h, entering = ctx.saved_tensors
         structure, reverse, group = ctx.structure, ctx.reverse, ctx.group
@@ -307,9 +325,12 @@ class DistributedLinearScan(torch.autograd.Function):
             left, right = adjoint, shifted(h, entering.to(h.dtype))
         work = torch.float32 if A.dtype in HALF_TYPES else A.dtype
         grad_A = outer(left.to(work), right.to(work), structure, A).to(A.dtype)
-        grad_h0 = None
-        if ctx.h0_given and ctx.needs_input_grad[2]:
-            grad_h0 = adjoint_leaving.to(A.dtype)
+        grad_h0 = adjoint_leaving.to(A.dtype) if ctx.h0_given and ctx.needs_input_grad[2] else None
+        anchor = next((t for t in (A, h, grad_h) if t.requires_grad), None)
+        if torch.is_grad_enabled() and anchor is not None:  # create_graph=True: refuse the next derivative
+            refuse = lambda value: RefuseSecondDerivative.apply(value, SCAN_SECOND_DERIVATIVE_REFUSED, anchor)
+            grad_A, adjoint = refuse(grad_A), refuse(adjoint)
+            grad_h0 = refuse(grad_h0) if grad_h0 is not None else None
         return grad_A, adjoint, grad_h0, None, None, None, None
 
 
@@ -336,7 +357,7 @@ def linear_scan(A, b, h0, structure, reverse, group, check_local: Callable[[], N
     if not slices.grad_anywhere:
         with torch.no_grad():
             return scan(A, b, h0, structure, reverse, group)[0]
-    anchor = grad_anchor(slices, b.device, A, b, h0)
+    anchor = grad_anchor(slices.grad_anywhere, needs_grad, b.device)
     return DistributedLinearScan.apply(A, b, h0, anchor, structure, reverse, group)
 
 
@@ -374,5 +395,6 @@ class NewtonSlices:
     def max(self, tensor: torch.Tensor) -> torch.Tensor:
         return global_max(tensor, self.group)
 
-    def anchor(self, device, *inputs) -> Optional[torch.Tensor]:
-        return grad_anchor(self.slices, device, *inputs)
+    def anchor(self, locally: bool, device) -> Optional[torch.Tensor]:
+        """For a solve that needs its adjoint on some rank (the caller reduced that over the ranks)."""
+        return grad_anchor(True, locally, device)

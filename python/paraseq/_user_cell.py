@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.func import jacrev, jvp, vmap
 
-from ._distributed import shifted
+from ._distributed import RefuseSecondDerivative, shifted
 from .scan import linear_scan
 
 JAC_STRUCTURES = ("diag", "block2", "block4", "dense")
@@ -163,23 +163,9 @@ def check_structure(layout, A, h_prev, x, slices=None):
                          f"tolerance {tolerance:.3g}); declare jac_structure 'dense', or the structure it has")
 
 
-class _RefuseSecondDerivative(torch.autograd.Function):
-    """Identity on a first derivative; differentiating it raises: the adjoint holds the Jacobians
-    at the solution fixed, so a second derivative through it would be silently wrong."""
-
-    @staticmethod
-    def forward(value, anchor):
-        return value.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError("newton_apply: the gradient of a cell of your own is not differentiable (no second "
-                                  "derivatives: Hessians, gradgradcheck, a gradient penalty's backward); differentiate "
-                                  "a loop over t of cell.step for those")
+SECOND_DERIVATIVE_REFUSED = (
+    "newton_apply: the gradient of a cell of your own is not differentiable (no second derivatives: Hessians, "
+    "gradgradcheck, a gradient penalty's backward); differentiate a loop over t of cell.step for those")
 
 
 class _FixedPointAdjoint(torch.autograd.Function):
@@ -215,7 +201,7 @@ class _FixedPointAdjoint(torch.autograd.Function):
             if ctx.h0_given and grad_h.shape[1] == 0:
                 grad_h0 = layout.from_scan(leaving.to(grad_h.dtype).unsqueeze(1)).squeeze(1)
         if torch.is_grad_enabled():  # create_graph=True: the result may be differentiated again
-            adjoint = _RefuseSecondDerivative.apply(adjoint, anchor)
+            adjoint = RefuseSecondDerivative.apply(adjoint, SECOND_DERIVATIVE_REFUSED, anchor)
         return layout.from_scan(adjoint), None, None, None, None, grad_h0, None
 
 
@@ -244,11 +230,14 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
             h = h + cfg.omega * layout.from_scan(delta)
     h_prev = shifted(h, entering(h))  # h0 with its graph: the adjoint reaches it through step at t = 0
     step_at_solution = layout.step(h_prev, x)
-    needs_adjoint = step_at_solution.requires_grad
+    # h0 too: over ranks, group rank 0's h0 reaches the solution through other ranks' steps when
+    # rank 0's slice is empty
+    needs_adjoint = step_at_solution.requires_grad or (h0 is not None and h0.requires_grad and torch.is_grad_enabled())
     residual = None
     if return_stats or check:
         residual = (h - step_at_solution.detach()).abs().flatten(1).amax(1).to(torch.float64) if T else \
             torch.zeros(B, dtype=torch.float64, device=x.device)
+    needs_adjoint_here = needs_adjoint
     if slices is not None:  # every rank decides alike: the residual and the need of an adjoint over all ranks
         local = torch.tensor([float(needs_adjoint)], dtype=torch.float64, device=x.device)
         reduced = slices.max(torch.cat([local, residual]) if residual is not None else local)
@@ -264,7 +253,7 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
         if slices is None:
             h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout, None, None, None)
         else:
-            anchor = slices.anchor(x.device, step_at_solution)
+            anchor = slices.anchor(needs_adjoint_here, x.device)
             h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout, slices, h0, anchor)
     return h, residual
 

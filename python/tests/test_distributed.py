@@ -101,6 +101,39 @@ def run_scan(group, structure, reverse, split, seed):
             "grad_h0": h0_r.grad if h0_r is not None else None}
 
 
+def run_scan_h0_only(group, split):
+    """Only group rank 0's h0 requires grad: the other ranks' results must require grad too, so that
+    their backward joins the collective one."""
+    me = dist.get_rank(group)
+    A, b, h0, w = scan_case("block", False, 12)
+    h0_r = leaf(h0) if me == 0 else None
+    h = linear_scan(piece(A, split, me), piece(b, split, me), h0_r, "block", process_group=group)
+    requires_grad = h.requires_grad
+    (h * piece(w, split, me)).sum().backward()
+    return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_newton_h0_only(group, split):
+    """The same for a Newton solve of a cell whose parameters are frozen, x without grad."""
+    me = dist.get_rank(group)
+    cell, x, h0, w = user_cell_case("block2", 22)
+    cell.requires_grad_(False)
+    h0_r = leaf(h0) if me == 0 else None
+    h = newton_apply(cell, piece(x, split, me), USER_CONFIG, h0=h0_r, process_group=group)
+    requires_grad = h.requires_grad
+    (h * piece(w, split, me)).sum().backward()
+    return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_second_derivative(group):
+    """grad_b depends on A: a second derivative through it must raise, not drop that dependence."""
+    A, b, h0, w = scan_case("diag", False, 13)
+    A, b = leaf(A[:, :3]), leaf(b[:, :3])
+    h = linear_scan(A, b, process_group=group)
+    (grad_b,) = torch.autograd.grad((h * w[:, :3]).sum(), b, create_graph=True)
+    return caught(lambda: grad_b.square().sum().backward())
+
+
 def run_newton(group, cell, x, h0, w, split, gru_or_lstm=False):
     me = dist.get_rank(group)
     x_r = leaf(piece(x, split, me))
@@ -108,14 +141,15 @@ def run_newton(group, cell, x, h0, w, split, gru_or_lstm=False):
         h0_r = tuple(leaf(t) for t in h0) if isinstance(h0, tuple) else leaf(h0)
     else:
         h0_r = None
+    residual = None
     if gru_or_lstm:
         h = cell(x_r, h0_r, process_group=group)
     else:
-        h = newton_apply(cell, x_r, USER_CONFIG, h0=h0_r, process_group=group)
+        h, (residual,) = newton_apply(cell, x_r, USER_CONFIG, h0=h0_r, return_stats=True, process_group=group)
     (h * piece(w, split, me)).sum().backward()
     h0_leaves = (h0_r if isinstance(h0_r, tuple) else (h0_r,)) if h0_r is not None else ()
     return {"h": h.detach(), "grad_x": x_r.grad, "grad_h0": grads(h0_leaves),
-            "grad_params": grads(list(cell.parameters()))}
+            "grad_params": grads(list(cell.parameters())), "residual": residual}
 
 
 def caught(function):
@@ -165,6 +199,9 @@ def rank_cases(group, name):
             results[("user", kind, split_index)] = run_newton(group, *user_cell_case(kind, 20), split)
         for kind in ("gru", "lstm"):
             results[("builtin", kind, split_index)] = run_newton(group, *builtin_case(kind, 30), split, True)
+    results["h0_only_scan"] = run_scan_h0_only(group, SCAN_SPLITS[name][1 if name == "world" else 0])
+    results["h0_only_newton"] = run_newton_h0_only(group, NEWTON_SPLITS[name][1 if name == "world" else 0])
+    results["second_derivative"] = run_second_derivative(group)
     split = SCAN_SPLITS[name][0]
     results["repeat_scan"] = [run_scan(group, "dense", False, split, 11) for _ in range(2)]
     results["repeat_newton"] = [run_newton(group, *user_cell_case("dense", 21), NEWTON_SPLITS[name][0])
@@ -261,10 +298,13 @@ def test_distributed_scan_equals_one_process(ranks, structure, reverse):
 def test_distributed_newton_of_a_user_cell_equals_one_process(ranks, kind):
     cell, x, h0, w = user_cell_case(kind, 20)
     x, h0 = leaf(x), leaf(h0)
-    h = newton_apply(cell, x, USER_CONFIG, h0=h0)
+    h, (residual,) = newton_apply(cell, x, USER_CONFIG, h0=h0, return_stats=True)
     (h * w).sum().backward()
     params = [p.grad for p in cell.parameters()]
     check_newton(ranks, ("user", kind), h.detach(), x.grad, [h0.grad], params)
+    for _, per_rank in groups(ranks):  # the residual is the maximum over the ranks: every rank has all of it
+        for r in per_rank:
+            assert_close(r[("user", kind, 0)]["residual"], residual, "residual")
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
@@ -303,6 +343,28 @@ def test_distributed_results_are_bitwise_repeatable(ranks):
                 for field in ("h", "grad_x", "grad_A", "grad_b"):
                     if field in first:
                         assert torch.equal(first[field], second[field]), (key, field)
+
+
+def test_gradients_reach_h0_when_only_rank_0_requires_grad(ranks):
+    A, b, h0, w = scan_case("block", False, 12)
+    h0 = leaf(h0)
+    (linear_scan(A, b, h0, "block") * w).sum().backward()
+    cell, x, h0_cell, w_cell = user_cell_case("block2", 22)
+    cell.requires_grad_(False)
+    h0_cell = leaf(h0_cell)
+    (newton_apply(cell, x, USER_CONFIG, h0=h0_cell) * w_cell).sum().backward()
+    for _, per_rank in groups(ranks):  # the world's split has an empty slice on rank 0
+        for key, expected in (("h0_only_scan", h0.grad), ("h0_only_newton", h0_cell.grad)):
+            assert all(r[key]["requires_grad"] for r in per_rank), key
+            assert_close(per_rank[0][key]["grad_h0"], expected, key)
+
+
+def test_second_derivatives_of_a_distributed_scan_raise(ranks):
+    for _, per_rank in groups(ranks):
+        for r in per_rank:
+            kind, message = r["second_derivative"]
+            assert kind == "NotImplementedError" and "the gradient of a distributed scan (process_group) is not " \
+                "differentiable" in message, (kind, message)
 
 
 def test_mismatched_ranks_raise_on_every_rank(ranks):

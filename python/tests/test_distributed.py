@@ -35,6 +35,7 @@ NEWTON_SPLITS = {"pair": [(2, 4)], "world": [(2, 0, 3, 1), (0, 2, 2, 2), (2, 2, 
 STRUCTURES = ("diag", "block", "dense")
 USER_CELLS = {"dense": DenseGRU, "diag": DiagonalCell, "block2": TwoSlotCell}
 USER_CONFIG = NewtonConfig(max_iters=3, residual_fail=None)  # not converged: the iterations themselves must agree
+EARLY_STOP_CONFIG = NewtonConfig(max_iters=20, picard_iters=1, residual_atol=1e-9)
 
 
 # ---- the cases, built alike in every process ------------------------------------------------------
@@ -73,6 +74,15 @@ def builtin_case(kind, seed):
     h0 = h0 if kind == "gru" else (h0, 0.3 * torch.randn(2, 4, generator=g, dtype=torch.float64))
     w = torch.randn(2, NEWTON_T, 4, generator=g, dtype=torch.float64)
     return cell, x, h0, w
+
+
+def stiff_gru():
+    """Recurrent weights of +-50: three Newton iterations from the default guess diverge."""
+    torch.manual_seed(40)
+    cell = ParaGRU(3, 4, config=NewtonConfig(max_iters=3)).to(torch.float64)
+    with torch.no_grad():
+        cell.recurrent.copy_(50 * torch.randn(3, 4).sign())
+    return cell, torch.randn(2, 32, 3, dtype=torch.float64)
 
 
 def piece(tensor, split, group_rank):
@@ -123,6 +133,22 @@ def run_newton_h0_only(group, split):
     requires_grad = h.requires_grad
     (h * piece(w, split, me)).sum().backward()
     return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_early_stop(group, split):
+    """picard_iters and residual_atol's early stop, decided on the maximum over the ranks."""
+    me = dist.get_rank(group)
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    return newton_apply(cell, piece(x, split, me), EARLY_STOP_CONFIG, h0=h0 if me == 0 else None,
+                        process_group=group)
+
+
+def run_half(group, dtype, split):
+    me = dist.get_rank(group)
+    A, b, h0, _ = scan_case("dense", False, 14)
+    A, b, h0 = A.to(dtype), b.to(dtype), h0.to(dtype)
+    return linear_scan(piece(A, split, me), piece(b, split, me), h0 if me == 0 else None, "dense",
+                       process_group=group)
 
 
 def run_second_derivative(group):
@@ -181,6 +207,10 @@ def run_errors(group):
     errors["cfg"] = caught(lambda: newton_apply(cell, x, NewtonConfig(max_iters=2 + me), process_group=group))
     errors["newton_h0"] = caught(lambda: newton_apply(cell, x, h0=h0_cell, process_group=group))
     gru, x_gru, _, _ = builtin_case("gru", 7)
+    diverging, x_stiff = stiff_gru()
+    # Diverges on group rank 0's slice; the others have none, and raise too.
+    errors["diverged"] = caught(lambda: newton_apply(diverging, x_stiff if me == 0 else x_stiff[:, :0],
+                                                     process_group=group))
     errors["fused"] = caught(lambda: newton_apply(gru, x_gru, NewtonConfig(scan_backend="fused"), process_group=group))
     # After all of these the group still works: every rank raised after the same collectives.
     errors["after"] = linear_scan(A, b, process_group=group).sum().item()
@@ -202,6 +232,9 @@ def rank_cases(group, name):
     results["h0_only_scan"] = run_scan_h0_only(group, SCAN_SPLITS[name][1 if name == "world" else 0])
     results["h0_only_newton"] = run_newton_h0_only(group, NEWTON_SPLITS[name][1 if name == "world" else 0])
     results["second_derivative"] = run_second_derivative(group)
+    results["early_stop"] = run_early_stop(group, NEWTON_SPLITS[name][0])
+    for dtype in (torch.float32, torch.bfloat16):
+        results[("half", dtype)] = run_half(group, dtype, SCAN_SPLITS[name][0])
     split = SCAN_SPLITS[name][0]
     results["repeat_scan"] = [run_scan(group, "dense", False, split, 11) for _ in range(2)]
     results["repeat_newton"] = [run_newton(group, *user_cell_case("dense", 21), NEWTON_SPLITS[name][0])
@@ -359,6 +392,28 @@ def test_gradients_reach_h0_when_only_rank_0_requires_grad(ranks):
             assert_close(per_rank[0][key]["grad_h0"], expected, key)
 
 
+def test_early_stop_and_picard_sweeps_agree_with_one_process(ranks):
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    expected = newton_apply(cell, x, EARLY_STOP_CONFIG, h0=h0)
+    for name, per_rank in groups(ranks):
+        assert_close(torch.cat([r["early_stop"] for r in per_rank], dim=1), expected, name)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_float32_and_bfloat16_scans_agree_with_one_process(ranks, dtype, tolerance):
+    """Half types: the maps are combined in float32; the state entering each rank is rounded to the
+    stored dtype once (one process carries it in float32), hence the bfloat16 tolerance."""
+    A, b, h0, _ = scan_case("dense", False, 14)
+    reference = linear_scan(A, b, h0, "dense")  # float64
+    single = linear_scan(A.to(dtype), b.to(dtype), h0.to(dtype), "dense").double()
+    for name, per_rank in groups(ranks):
+        got = torch.cat([r[("half", dtype)] for r in per_rank], dim=1)
+        assert got.dtype == dtype
+        scale = reference.abs().max().item()
+        assert (got.double() - reference).abs().max().item() <= tolerance * scale, name
+        assert (got.double() - single).abs().max().item() <= tolerance * scale, name
+
+
 def test_second_derivatives_of_a_distributed_scan_raise(ranks):
     for _, per_rank in groups(ranks):
         for r in per_rank:
@@ -378,6 +433,7 @@ def test_mismatched_ranks_raise_on_every_rank(ranks):
         "cfg": ("ValueError", "argument 'cfg' has max_iters 2 on group rank 0, 3 on group rank 1"),
         "newton_h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
         "fused": ("ValueError", "argument 'cfg' has scan_backend 'fused'"),
+        "diverged": ("NewtonDivergenceError", "the Newton solve did not converge"),
         "group": ("TypeError", "argument 'process_group' is a builtins.str, expected a torch.distributed.ProcessGroup"),
     }
     for _, per_rank in groups(ranks)[:2]:

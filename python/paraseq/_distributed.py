@@ -10,11 +10,13 @@ chain of send/recv: one collective whatever the number of ranks, the same on eve
 maps are small (B x [N, N k or N^2] + B x N values per rank).
 
 The rank that starts the recurrence (group rank 0; the last rank for reverse=True) runs its slice
-once, from h0; the others run it twice: from zero for their map, then from the state entering them.
+once, from h0, and the one that ends it once, from the state entering it (its own map is never
+needed); those between run it twice: from zero for their map, then from the state entering them.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
@@ -99,7 +101,7 @@ class Slices:
 
     def __init__(self, group, counts: List[int], grad_anywhere: bool):
         self.group, self.counts, self.grad_anywhere = group, counts, grad_anywhere
-        self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
 
 
 def agree(function: str, group, device: torch.device, local_error: Optional[BaseException],
@@ -111,7 +113,7 @@ def agree(function: str, group, device: torch.device, local_error: Optional[Base
     local = [0 if local_error is None else 1, steps, int(has_h0), int(needs_grad), int(torch.is_grad_enabled())]
     local += [entry.value for entry in entries] if local_error is None else []
     local += [0] * (AGREEMENT_WIDTH - len(local))  # one size on every rank, whatever failed where
-    rows = _all_gather_rows(torch.tensor(local, dtype=torch.int64, device=device), group)
+    rows = torch.stack(_all_gather(torch.tensor(local, dtype=torch.int64, device=device), group)).tolist()
     if local_error is not None:
         raise local_error
     refused = [rank for rank, row in enumerate(rows) if row[0]]
@@ -134,12 +136,6 @@ def agree(function: str, group, device: torch.device, local_error: Optional[Base
                          "the state before the global t = 0, given on group rank 0 only; the state entering each "
                          "other rank's slice comes from the ranks before it")
     return Slices(group, [row[1] for row in rows], any(row[3] for row in rows))
-
-
-def _all_gather_rows(tensor, group):
-    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, tensor, group=group)
-    return torch.stack(gathered).tolist()
 
 
 def _all_gather(tensor, group):
@@ -191,14 +187,6 @@ def apply_map(M: torch.Tensor, v: torch.Tensor, structure: str, transpose: bool)
     return (M @ v.unsqueeze(-1)).squeeze(-1)
 
 
-def map_size(structure: str, N: int, A: torch.Tensor) -> int:
-    if structure == "diag":
-        return N
-    if structure == "block":
-        return N * A.shape[-1]
-    return N * N
-
-
 def outer(left: torch.Tensor, right: torch.Tensor, structure: str, A: torch.Tensor) -> torch.Tensor:
     """d(left . A right)/dA in A's structure, for left and right [B, T, N]."""
     if structure == "diag":
@@ -239,7 +227,8 @@ def scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], structure
         return h[:, -1].to(work)
 
     zero = b.new_zeros((B, N), dtype=work)
-    size_of_map = map_size(structure, N, A)
+    shape_of_map = _map_shape(structure, N, A)
+    size_of_map = math.prod(shape_of_map)
     if rank == source:
         h = ops.linear_scan(A, b, h0, structure, reverse)
         entering = h0.to(work) if h0 is not None else zero
@@ -256,7 +245,7 @@ def scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], structure
         for other in upstream:
             if other == source:
                 continue
-            M = maps[other][:, :size_of_map].reshape(B, *_map_shape(structure, N, A))
+            M = maps[other][:, :size_of_map].reshape(B, *shape_of_map)
             entering = apply_map(M, entering, structure, transpose=reverse) + maps[other][:, size_of_map:]
         if reverse:
             b = b.clone()
@@ -269,6 +258,7 @@ def scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], structure
 
 
 def _map_shape(structure, N, A):
+    """A slice's M without the batch: [N] (diag), [N/k, k, k] (block), [N, N] (dense)."""
     if structure == "diag":
         return (N,)
     if structure == "block":

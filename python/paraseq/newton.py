@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import NamedTuple, Optional, Tuple, Union
@@ -695,7 +696,9 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
         error = raised
     device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
     slices = _distributed.agree("newton_apply", group, device, error, entries, steps, h0 is not None, False)
-    with torch.autocast(device_type=device.type, enabled=False):
+    # The built-in cells solve outside autocast, as their operators do; a cell of your own as it is alone.
+    precision = torch.autocast(device_type=device.type, enabled=False) if builtin else contextlib.nullcontext()
+    with precision:
         h, residual = _user_cell.solve(layout, x_solved, h0, cfg, return_stats, _distributed.NewtonSlices(slices))
     _check_divergence(residual, cfg)
     if builtin and isinstance(cell, ParaLSTM):

@@ -204,7 +204,7 @@ class ParaGRU(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, *,
-                process_group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
+                process_group: Optional[torch.distributed.ProcessGroup] = None) -> torch.Tensor:
         """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply
         (``process_group``: this rank's slice of t, as newton_apply's)."""
         return newton_apply(self, x, self.config, h0=h0, process_group=process_group)
@@ -265,7 +265,7 @@ class ParaLSTM(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-                return_cell_state: bool = False, *, process_group: Optional["torch.distributed.ProcessGroup"] = None):
+                return_cell_state: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None):
         """h [B, T, H] (and c with return_cell_state) for x [B, T, input_size] and h0 a pair
         (h0, c0) of [B, H] (zero when None): newton_apply (``process_group``: this rank's slice of
         t, as newton_apply's)."""
@@ -445,7 +445,7 @@ def _divergence(residual, residual_fail, iterations):
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
                  return_cell_state: bool = False, *, compile: Union[str, bool] = "auto",
-                 process_group: Optional["torch.distributed.ProcessGroup"] = None):
+                 process_group: Optional[torch.distributed.ProcessGroup] = None):
     """Solves a cell's recurrence h_t = f(h_{t-1}, x_t) over x for all t at once, by Newton's method.
 
     Parameters
@@ -506,16 +506,17 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     RuntimeError
         ``process_group`` given while torch.distributed is not initialised.
 
-    With ``process_group``, every rank checks its arguments before any collective, and every rank
-    raises when one rank's are refused (that rank its own error), when the ranks differ in an
-    argument (ValueError or TypeError naming it and each rank's value), when h0 is given on a rank
-    other than group rank 0, or when the solve diverges (the residual is the maximum over ranks).
-
     Notes
     -----
     An outer autocast is disabled inside, in the forward and the backward: the projection and the
     solve run in the module's dtype; float16/bfloat16 modules are stored as such and computed in
-    float32.
+    float32 (with ``process_group``, the general path computes them in their own dtype).
+
+    With ``process_group``, every rank checks its arguments before any collective, and every rank
+    raises when one rank's are refused (that rank its own error), when the ranks differ in an
+    argument (ValueError or TypeError naming it and each rank's value), when h0 is given on a rank
+    other than group rank 0, or when the solve diverges (the residual is the maximum over ranks).
+    The cell's parameters receive each rank's part of their gradient: sum them over the group.
     """
     if process_group is not None:
         return _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, process_group)

@@ -13,7 +13,7 @@ STRUCTURES = ("diag", "block", "dense")
 
 
 def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = None, structure: str = "diag",
-                reverse: bool = False, *, process_group: Optional["torch.distributed.ProcessGroup"] = None
+                reverse: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None
                 ) -> torch.Tensor:
     """Solves h_t = A_t h_{t-1} + b_t for all t at once, with paraseq's ordered parallel scan.
 
@@ -61,6 +61,8 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         ``process_group``, a torch.distributed that is not initialised, or grad modes that differ
         between the ranks.
 
+    Notes
+    -----
     With ``process_group``, every check runs on every rank before any work, and every rank raises
     when one rank's arguments are refused (that rank raises its own error), when the ranks differ
     in B, N, dtype (TypeError), device type, structure, block size or reverse (ValueError naming

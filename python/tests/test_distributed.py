@@ -201,6 +201,10 @@ def run_errors(group):
                                                      process_group=group))
     errors["reverse"] = caught(lambda: linear_scan(A, b, reverse=bool(me), process_group=group))
     errors["h0"] = caught(lambda: linear_scan(A, b, h0, process_group=group))
+    def grad_mode_differs():
+        with torch.set_grad_enabled(me == 0):
+            linear_scan(leaf(A), b, process_group=group)
+    errors["grad_mode"] = caught(grad_mode_differs)
     errors["shape"] = caught(lambda: linear_scan(A, b[0] if me else b, process_group=group))
     errors["group"] = caught(lambda: linear_scan(A, b, process_group="world"))
     cell, x, h0_cell, _ = user_cell_case("diag", 6)
@@ -430,6 +434,7 @@ def test_mismatched_ranks_raise_on_every_rank(ranks):
         "structure": ("ValueError", "argument 'structure' has value 'diag' on group rank 0, 'dense' on group rank 1"),
         "reverse": ("ValueError", "argument 'reverse' has value False on group rank 0, True on group rank 1"),
         "h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
+        "grad_mode": ("RuntimeError", "torch.is_grad_enabled() is True on group rank 0, False on group rank 1"),
         "cfg": ("ValueError", "argument 'cfg' has max_iters 2 on group rank 0, 3 on group rank 1"),
         "newton_h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
         "fused": ("ValueError", "argument 'cfg' has scan_backend 'fused'"),

@@ -201,6 +201,7 @@ def run_errors(group):
                                                      process_group=group))
     errors["reverse"] = caught(lambda: linear_scan(A, b, reverse=bool(me), process_group=group))
     errors["h0"] = caught(lambda: linear_scan(A, b, h0, process_group=group))
+
     def grad_mode_differs():
         with torch.set_grad_enabled(me == 0):
             linear_scan(leaf(A), b, process_group=group)

@@ -6,7 +6,9 @@ dimensions. Each Newton iteration linearises step around the current iterate at 
 (Jacobians from torch.func) and solves the linear recurrence with one linear_scan. Gradients are
 the adjoint of the solution, h_t = step(h_{t-1}, x_t), not of the iterations: one reverse
 linear_scan with the transposed Jacobians at the solution, then one vjp of step over all t (the
-autograd graph of one batched call of step).
+autograd graph of one batched call of step). With a process group (sequence parallelism,
+_distributed.py) each rank solves its slice of t: the state entering the slice comes from the rank
+before at every iteration, and the linear solves are distributed scans.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 from torch.func import jacrev, jvp, vmap
 
+from ._distributed import RefuseSecondDerivative, shifted
 from .scan import linear_scan
 
 JAC_STRUCTURES = ("diag", "block2", "block4", "dense")
@@ -91,6 +94,8 @@ class CellLayout:
         """(step(h_prev, x), A): A the Jacobian d step / d h_prev at every (b, t) in linear_scan's
         structure: [B, T, N] (diag), [B, T, H, k, k] (block k, [.., channel, out slot, in slot]) or
         [B, T, N, N] (dense, slot-major)."""
+        if h_prev.shape[1] == 0:  # an empty slice of a distributed solve: nothing to differentiate
+            return self.step(h_prev, x), h_prev.new_zeros(self.jacobian_shape(h_prev.shape[0]))
         step_at = lambda h: self.step(h, x)
         if self.structure == "diag":
             value, diagonal = jvp(step_at, (h_prev,), (torch.ones_like(h_prev),))
@@ -113,6 +118,13 @@ class CellLayout:
         jacobian, value = vmap(vmap(jacrev(flat_step, has_aux=True)))(self.to_scan(h_prev), x)
         return self.from_scan(value), jacobian
 
+    def jacobian_shape(self, B, T=0):
+        if self.structure == "diag":
+            return (B, T, self.state_size)
+        if self.block:
+            return (B, T, self.hidden, self.block, self.block)
+        return (B, T, self.state_size, self.state_size)
+
     def apply_jacobian(self, A, v):
         """A v in linear_scan's layout, for the structure check."""
         if self.structure == "diag":
@@ -123,23 +135,26 @@ class CellLayout:
         return (A @ v.unsqueeze(-1)).squeeze(-1)
 
 
-def shifted(h, h0):
-    """h_prev: [h0, h_0, ..., h_{T-2}] (h0 zero when None)."""
-    first = h0.unsqueeze(1) if h0 is not None else torch.zeros_like(h[:, :1])
-    return torch.cat([first, h[:, :-1]], dim=1)
-
-
-def check_structure(layout, A, h_prev, x):
+def check_structure(layout, A, h_prev, x, slices=None):
     """Refuses a jac_structure that the step does not have: the directional derivative along a
-    vector with no structure must equal the structured Jacobian applied to it (one jvp)."""
-    N = layout.state_size
-    index = torch.arange(N, dtype=torch.float64, device=h_prev.device)
-    probe_flat = (1 + 0.5 * torch.sin(1.7 * index + 0.3)).to(h_prev.dtype).expand(*h_prev.shape[:2], N)
-    probe = layout.from_scan(probe_flat).contiguous()
-    _, exact = jvp(lambda h: layout.step(h, x), (h_prev,), (probe,))
-    exact = layout.to_scan(exact)
-    error = (exact - layout.apply_jacobian(A, probe_flat)).abs().max().item()
-    scale = exact.abs().max().item() + A.abs().max().item()
+    vector with no structure must equal the structured Jacobian applied to it (one jvp). Over ranks,
+    the error and the scale are maxima over the ranks, so that every rank decides alike."""
+    error, scale = 0.0, 0.0
+    if h_prev.shape[1]:
+        N = layout.state_size
+        index = torch.arange(N, dtype=torch.float64, device=h_prev.device)
+        probe_flat = (1 + 0.5 * torch.sin(1.7 * index + 0.3)).to(h_prev.dtype).expand(*h_prev.shape[:2], N)
+        probe = layout.from_scan(probe_flat).contiguous()
+        _, exact = jvp(lambda h: layout.step(h, x), (h_prev,), (probe,))
+        exact = layout.to_scan(exact)
+        error = (exact - layout.apply_jacobian(A, probe_flat)).abs().max().item()
+        scale = exact.abs().max().item() + A.abs().max().item()
+    if slices is not None:
+        not_finite = float(not error <= float("inf"))
+        measured = torch.tensor([not_finite, error if not not_finite else 0.0, scale], dtype=torch.float64,
+                                device=h_prev.device)
+        not_finite, error, scale = slices.max(measured).tolist()
+        error = float("nan") if not_finite else error
     tolerance = 10 * torch.finfo(h_prev.dtype).eps ** 0.5 * max(scale, 1.0)
     if not error <= tolerance:
         raise ValueError(f"newton_apply: argument 'cell' (a {type(layout.cell).__name__}) declares jac_structure "
@@ -148,81 +163,105 @@ def check_structure(layout, A, h_prev, x):
                          f"tolerance {tolerance:.3g}); declare jac_structure 'dense', or the structure it has")
 
 
-class _RefuseSecondDerivative(torch.autograd.Function):
-    """Identity on a first derivative; differentiating it raises: the adjoint holds the Jacobians
-    at the solution fixed, so a second derivative through it would be silently wrong."""
-
-    @staticmethod
-    def forward(value, anchor):
-        return value.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError("newton_apply: the gradient of a cell of your own is not differentiable (no second "
-                                  "derivatives: Hessians, gradgradcheck, a gradient penalty's backward); differentiate "
-                                  "a loop over t of cell.step for those")
+SECOND_DERIVATIVE_REFUSED = (
+    "newton_apply: the gradient of a cell of your own is not differentiable (no second derivatives: Hessians, "
+    "gradgradcheck, a gradient penalty's backward); differentiate a loop over t of cell.step for those")
 
 
 class _FixedPointAdjoint(torch.autograd.Function):
     """Returns the solution h; sends the adjoint lambda (dL/dh through all later steps) to
     step_at_solution = step(h_prev, x), whose graph carries it to x, h0 and the cell's tensors.
-    lambda_t = g_t + A_{t+1}^T lambda_{t+1}: linear_scan with reverse=True."""
+    lambda_t = g_t + A_{t+1}^T lambda_{t+1}: linear_scan with reverse=True.
+
+    Over ranks (slices given) the reverse scan is distributed. h0 is an input for one case only:
+    group rank 0 with an empty slice, where h0's gradient (A_0^T lambda_0) is what the reverse scan
+    passes on to rank 0, not a vjp of rank 0's (empty) step; anchor makes this rank's result
+    require grad when only other ranks' inputs do, so that its backward joins the collective."""
 
     @staticmethod
-    def forward(step_at_solution, h, A, layout):
+    def forward(step_at_solution, h, A, layout, slices, h0, anchor):
         return h.clone()
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        step_at_solution, _, A, layout = inputs
+        step_at_solution, _, A, layout, slices, h0, _ = inputs
         ctx.save_for_backward(A, step_at_solution)
-        ctx.layout = layout
+        ctx.layout, ctx.slices, ctx.h0_given = layout, slices, h0 is not None
 
     @staticmethod
     def backward(ctx, grad_h):
         A, anchor = ctx.saved_tensors
-        layout = ctx.layout
-        adjoint = linear_scan(A, layout.to_scan(grad_h).contiguous(), None, layout.scan_structure, reverse=True)
+        layout, slices = ctx.layout, ctx.slices
+        grad_flat = layout.to_scan(grad_h).contiguous()
+        grad_h0 = None
+        if slices is None:
+            adjoint = linear_scan(A, grad_flat, None, layout.scan_structure, reverse=True)
+        else:
+            adjoint, _, leaving = slices.scan(A, grad_flat, layout.scan_structure, reverse=True)
+            if ctx.h0_given and grad_h.shape[1] == 0:
+                grad_h0 = layout.from_scan(leaving.to(grad_h.dtype).unsqueeze(1)).squeeze(1)
         if torch.is_grad_enabled():  # create_graph=True: the result may be differentiated again
-            adjoint = _RefuseSecondDerivative.apply(adjoint, anchor)
-        return layout.from_scan(adjoint), None, None, None
+            adjoint = RefuseSecondDerivative.apply(adjoint, SECOND_DERIVATIVE_REFUSED, anchor)
+        return layout.from_scan(adjoint), None, None, None, None, grad_h0, None
 
 
-def solve(layout, x, h0, cfg, return_stats):
-    """h [B, T, (slots,) H] and the residual [B] (float64; None when neither asked for nor checked)."""
+def solve(layout, x, h0, cfg, return_stats, slices=None):
+    """h [B, T, (slots,) H] and the residual [B] (float64; None when neither asked for nor checked).
+    slices: a _distributed.NewtonSlices when each rank of a process group holds a slice of t."""
     eager = not torch.compiler.is_compiling()
     B, T = x.shape[:2]
     dtype = h0.dtype if h0 is not None else x.dtype
     check = eager and cfg.residual_fail is not None
+    if slices is None:
+        entering = lambda h: h0
+        scan = lambda A, rhs: linear_scan(A, rhs, None, layout.scan_structure)
+    else:
+        entering = lambda h: slices.entering(h, h0)
+        scan = lambda A, rhs: slices.scan(A, rhs, layout.scan_structure)[0]
     with torch.no_grad():
         h = layout.step(torch.zeros(layout.state_shape((B, T)), dtype=dtype, device=x.device), x)  # f(0, x_t)
         for _ in range(cfg.picard_iters):
-            h = layout.step(shifted(h, h0), x)
+            h = layout.step(shifted(h, entering(h)), x)
         for _ in range(cfg.max_iters):
-            value, A = layout.linearize(shifted(h, h0), x)
-            if eager and cfg.residual_atol is not None and (h - value).abs().max().item() <= cfg.residual_atol:
+            value, A = layout.linearize(shifted(h, entering(h)), x)
+            if eager and cfg.residual_atol is not None and _largest(h - value, slices) <= cfg.residual_atol:
                 break
-            delta = linear_scan(A, layout.to_scan(value - h).contiguous(), None, layout.scan_structure)
+            delta = scan(A, layout.to_scan(value - h).contiguous())
             h = h + cfg.omega * layout.from_scan(delta)
-    h_prev = shifted(h, h0)  # h0 with its graph: the adjoint reaches it through step at t = 0
+    h_prev = shifted(h, entering(h))  # h0 with its graph: the adjoint reaches it through step at t = 0
     step_at_solution = layout.step(h_prev, x)
-    needs_adjoint = step_at_solution.requires_grad
-    if needs_adjoint or (check and layout.structure != "dense"):
-        with torch.no_grad():
-            _, A = layout.linearize(h_prev.detach(), x.detach())
-        if check and layout.structure != "dense":
-            with torch.no_grad():
-                check_structure(layout, A, h_prev.detach(), x.detach())
+    # h0 too: over ranks, group rank 0's h0 reaches the solution through other ranks' steps when
+    # rank 0's slice is empty
+    needs_adjoint = step_at_solution.requires_grad or (h0 is not None and h0.requires_grad and torch.is_grad_enabled())
     residual = None
     if return_stats or check:
-        residual = (h - step_at_solution.detach()).abs().flatten(1).amax(1).to(torch.float64)
+        residual = (h - step_at_solution.detach()).abs().flatten(1).amax(1).to(torch.float64) if T else \
+            torch.zeros(B, dtype=torch.float64, device=x.device)
+    needs_adjoint_here = needs_adjoint
+    if slices is not None:  # every rank decides alike: the residual and the need of an adjoint over all ranks
+        local = torch.tensor([float(needs_adjoint)], dtype=torch.float64, device=x.device)
+        reduced = slices.max(torch.cat([local, residual]) if residual is not None else local)
+        needs_adjoint, residual = bool(reduced[0]), (reduced[1:] if residual is not None else None)
+    check_structure_here = check and layout.structure != "dense"
+    if needs_adjoint or check_structure_here:
+        with torch.no_grad():
+            _, A = layout.linearize(h_prev.detach(), x.detach())
+        if check_structure_here:
+            with torch.no_grad():
+                check_structure(layout, A, h_prev.detach(), x.detach(), slices)
     if needs_adjoint:
-        h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout)
+        if slices is None:
+            h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout, None, None, None)
+        else:
+            anchor = slices.anchor(needs_adjoint_here, x.device)
+            h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout, slices, h0, anchor)
     return h, residual
+
+
+def _largest(change, slices):
+    """max |change| (over the ranks too), on the host: residual_atol's early stop."""
+    largest = change.abs().max() if change.numel() else change.new_zeros(())
+    return (slices.max(largest) if slices is not None else largest).item()
 
 
 def check_initial_state(layout, x, h0):

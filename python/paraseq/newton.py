@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import NamedTuple, Optional, Tuple, Union
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _user_cell
+from . import _distributed, _user_cell
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -202,9 +203,11 @@ class ParaGRU(nn.Module):
         _init_uniform(self.recurrent, hidden_size)
         self.config = config if config is not None else NewtonConfig()
 
-    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply."""
-        return newton_apply(self, x, self.config, h0=h0)
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, *,
+                process_group: Optional[torch.distributed.ProcessGroup] = None) -> torch.Tensor:
+        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply
+        (``process_group``: this rank's slice of t, as newton_apply's)."""
+        return newton_apply(self, x, self.config, h0=h0, process_group=process_group)
 
     def step(self, h_prev: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """One step, for decoding: h_t [B, H] from h_prev = h_{t-1} [B, H] (zero when None) and
@@ -215,15 +218,10 @@ class ParaGRU(nn.Module):
     def sequential(self, x, h0=None):
         """The reference: the loop over t in PyTorch, in the dtype of x and the module."""
         u = self.in_proj(x)
-        a_z, a_r, a_c = self.recurrent
         h = h0 if h0 is not None else u.new_zeros((u.shape[0], self.hidden_size))
         states = []
         for u_t in u.unbind(1):
-            u_z, u_r, u_c = u_t.chunk(3, dim=-1)
-            z = torch.sigmoid(a_z * h + u_z)
-            r = torch.sigmoid(a_r * h + u_r)
-            c = torch.tanh(a_c * (h * r) + u_c)
-            h = z * c + (1 - z) * h
+            h = _gru_step(self.recurrent, h, u_t)
             states.append(h)
         return torch.stack(states, dim=1)
 
@@ -267,10 +265,12 @@ class ParaLSTM(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-                return_cell_state: bool = False):
+                return_cell_state: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None):
         """h [B, T, H] (and c with return_cell_state) for x [B, T, input_size] and h0 a pair
-        (h0, c0) of [B, H] (zero when None): newton_apply."""
-        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state)
+        (h0, c0) of [B, H] (zero when None): newton_apply (``process_group``: this rank's slice of
+        t, as newton_apply's)."""
+        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state,
+                            process_group=process_group)
 
     def step(self, state_prev: Optional[Tuple[torch.Tensor, torch.Tensor]],
              x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -286,19 +286,54 @@ class ParaLSTM(nn.Module):
     def sequential(self, x, h0=None, return_cell_state=False):
         """The reference: the loop over t in PyTorch. h0 is a pair (h0, c0) of [B, H] or None."""
         u = self.in_proj(x)
-        a_f, a_c, a_o = self.recurrent
-        p_f, p_o = self.peephole
         h, c = h0 if h0 is not None else (u.new_zeros((u.shape[0], self.hidden_size)),) * 2
         hs, cs = [], []
         for u_t in u.unbind(1):
-            u_f, u_c, u_o = u_t.chunk(3, dim=-1)
-            f = torch.sigmoid(a_f * h + p_f * c + u_f)
-            c = f * c + (1 - f) * torch.tanh(a_c * h + u_c)
-            h = torch.sigmoid(a_o * h + p_o * c + u_o) * torch.tanh(c)
+            h, c = _lstm_step(self.recurrent, self.peephole, h, c, u_t)
             hs.append(h)
             cs.append(c)
         h_all, c_all = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
         return (h_all, c_all) if return_cell_state else h_all
+
+
+def _gru_step(recurrent, h, u):
+    """ParaGRU's step in PyTorch (any leading dimensions): the reference loop's and the
+    distributed solve's."""
+    a_z, a_r, a_c = recurrent
+    u_z, u_r, u_c = u.chunk(3, dim=-1)
+    z = torch.sigmoid(a_z * h + u_z)
+    r = torch.sigmoid(a_r * h + u_r)
+    c = torch.tanh(a_c * (h * r) + u_c)
+    return z * c + (1 - z) * h
+
+
+def _lstm_step(recurrent, peephole, h, c, u):
+    """ParaLSTM's step in PyTorch (any leading dimensions): (h', c')."""
+    a_f, a_c, a_o = recurrent
+    p_f, p_o = peephole
+    u_f, u_c, u_o = u.chunk(3, dim=-1)
+    f = torch.sigmoid(a_f * h + p_f * c + u_f)
+    c = f * c + (1 - f) * torch.tanh(a_c * h + u_c)
+    return torch.sigmoid(a_o * h + p_o * c + u_o) * torch.tanh(c), c
+
+
+class _BuiltinCellSteps(nn.Module):
+    """A ParaGRU or ParaLSTM as a cell of the general path (the distributed solve): step(state, u)
+    on the projected input u. ParaGRU: state [..., H], diagonal Jacobian; ParaLSTM: state
+    [..., 2, H] with slots (c, h), each channel's two slots coupled (block2)."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.builtin = cell
+        self.hidden_size = cell.hidden_size
+        self.lstm = isinstance(cell, ParaLSTM)
+        self.state_slots, self.jac_structure = (2, "block2") if self.lstm else (1, "diag")
+
+    def step(self, state, u):
+        if not self.lstm:
+            return _gru_step(self.builtin.recurrent, state, u)
+        h, c = _lstm_step(self.builtin.recurrent, self.builtin.peephole, state[..., 1, :], state[..., 0, :], u)
+        return torch.stack([c, h], dim=-2)
 
 
 # A decoding step: the sequential mode over one step is exact, so nothing to iterate or check.
@@ -409,7 +444,8 @@ def _divergence(residual, residual_fail, iterations):
 
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
-                 return_cell_state: bool = False, *, compile: Union[str, bool] = "auto"):
+                 return_cell_state: bool = False, *, compile: Union[str, bool] = "auto",
+                 process_group: Optional[torch.distributed.ProcessGroup] = None):
     """Solves a cell's recurrence h_t = f(h_{t-1}, x_t) over x for all t at once, by Newton's method.
 
     Parameters
@@ -437,6 +473,17 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
         from the cell) is not available yet and raises. The built-in cells always run their
         operators ("auto" or True).
+    process_group : torch.distributed.ProcessGroup, optional
+        Sequence parallelism (docs/distributed.md): each rank of the group passes its contiguous
+        slice of the time axis, x [B, T_r, input] (the ranks in group-rank order along time; T_r
+        may differ and may be 0), and gets its slice of h. Every rank solves by the general path
+        (the built-in cells too, through their step in PyTorch: not their C++ kernels): at every
+        iteration the state entering the slice comes from the rank before (one all_gather of
+        B x state values) and the linear solve is a distributed linear_scan. h0 is given on group
+        rank 0 only. Every rank must call with the same B, state size, dtype, device type, cell
+        structure and cfg; cfg.scan_backend "auto" or "newton". When any rank's result requires
+        grad, every rank's does and every rank must run the backward (it is collective). None: one
+        process.
 
     Returns
     -------
@@ -456,39 +503,27 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         jac_structure that step does not have (checked with one jvp in eager mode).
     NotImplementedError
         ``compile=True`` for a cell of your own.
+    RuntimeError
+        ``process_group`` given while torch.distributed is not initialised.
 
     Notes
     -----
     An outer autocast is disabled inside, in the forward and the backward: the projection and the
     solve run in the module's dtype; float16/bfloat16 modules are stored as such and computed in
-    float32.
+    float32 (with ``process_group``, the general path computes them in their own dtype).
+
+    With ``process_group``, every rank checks its arguments before any collective, and every rank
+    raises when one rank's are refused (that rank its own error), when the ranks differ in an
+    argument (ValueError or TypeError naming it and each rank's value), when h0 is given on a rank
+    other than group rank 0, or when the solve diverges (the residual is the maximum over ranks).
+    The cell's parameters receive each rank's part of their gradient: sum them over the group.
     """
+    if process_group is not None:
+        return _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, process_group)
     _check_compile_argument("newton_apply", compile)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
         return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
-    if compile is False:
-        raise ValueError("newton_apply: argument 'compile' is False for a paraseq." + type(cell).__name__ + ", whose "
-                         "solve is a C++ operator; pass compile='auto' (or True)")
-    cfg = cfg if cfg is not None else cell.config
-    if not isinstance(cfg, NewtonConfig):
-        raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"newton_apply: argument 'x' is a {type(x).__name__}, expected a tensor "
-                        f"[B, T, {cell.input_size}] ([B, T, input_size])")
-    if not x.is_floating_point():
-        raise TypeError(f"newton_apply: argument 'x' has dtype {x.dtype}, expected a floating-point dtype "
-                        f"(it is converted to the module's dtype, {cell.recurrent.dtype})")
-    if x.dim() != 3 or x.shape[-1] != cell.input_size:
-        raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, "
-                         f"expected [B, T, {cell.input_size}] ([B, T, input_size])")
-    if return_cell_state and isinstance(cell, ParaGRU):
-        raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaGRU, which has no cell state")
-    H = cell.hidden_size
-    _check_parameter(cell, "in_proj.weight", cell.in_proj.weight, (3 * H, cell.input_size))
-    _check_parameter(cell, "recurrent", cell.recurrent, (3, H))
-    if isinstance(cell, ParaLSTM):
-        _check_parameter(cell, "peephole", cell.peephole, (2, H))
-    state0 = _initial_state(cell, x, h0)
+    cfg, state0 = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
     eager = not torch.compiler.is_compiling()
     # The divergence check is made here, on the residual the operator returns, unless picard_adapt
     # needs the threshold inside the solve (it retries with more Picard sweeps on a failure).
@@ -524,6 +559,34 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     return (result, NewtonStats(residual)) if return_stats else result
 
 
+def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
+    """(cfg, state0) for a ParaGRU or ParaLSTM, after checking every argument."""
+    if compile is False:
+        raise ValueError("newton_apply: argument 'compile' is False for a paraseq." + type(cell).__name__ + ", whose "
+                         "solve is a C++ operator; pass compile='auto' (or True)")
+    cfg = cfg if cfg is not None else cell.config
+    if not isinstance(cfg, NewtonConfig):
+        raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"newton_apply: argument 'x' is a {type(x).__name__}, expected a tensor "
+                        f"[B, T, {cell.input_size}] ([B, T, input_size])")
+    if not x.is_floating_point():
+        raise TypeError(f"newton_apply: argument 'x' has dtype {x.dtype}, expected a floating-point dtype "
+                        f"(it is converted to the module's dtype, {cell.recurrent.dtype})")
+    if x.dim() != 3 or x.shape[-1] != cell.input_size:
+        raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, "
+                         f"expected [B, T, {cell.input_size}] ([B, T, input_size])")
+    if return_cell_state and isinstance(cell, ParaGRU):
+        raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaGRU, which has no cell state")
+    H = cell.hidden_size
+    _check_parameter(cell, "in_proj.weight", cell.in_proj.weight, (3 * H, cell.input_size))
+    _check_parameter(cell, "recurrent", cell.recurrent, (3, H))
+    if isinstance(cell, ParaLSTM):
+        _check_parameter(cell, "peephole", cell.peephole, (2, H))
+    state0 = _initial_state(cell, x, h0)
+    return cfg, state0
+
+
 def _check_compile_argument(function, compile):
     """compile: "auto", True or False (odeint's compiled path: _compiled_odeint.py; newton_apply has
     none for cells yet)."""
@@ -539,6 +602,21 @@ def _compiled_path_unavailable(function, what, builtin):
 
 
 def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile):
+    layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+    h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
+    _check_divergence(residual, cfg)
+    return (h, NewtonStats(residual)) if return_stats else h
+
+
+def _check_divergence(residual, cfg):
+    if residual is not None and cfg.residual_fail is not None and not torch.compiler.is_compiling():
+        error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
+        if error is not None:
+            raise error
+
+
+def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile):
+    """(layout, cfg, h0) for a cell of your own, after checking every argument."""
     layout = _user_cell.CellLayout(cell)
     if compile is True:
         raise _compiled_path_unavailable("newton_apply", "cell", "paraseq.ParaGRU or paraseq.ParaLSTM")
@@ -565,10 +643,66 @@ def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, c
     if x.dim() != 3 or (isinstance(input_size, int) and x.shape[-1] != input_size):
         expected = f"[B, T, {input_size}]" if isinstance(input_size, int) else "[B, T, input]"
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, expected {expected}")
-    h0 = _user_cell.check_initial_state(layout, x, h0)
-    h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
-    if residual is not None and cfg.residual_fail is not None and not torch.compiler.is_compiling():
-        error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
-        if error is not None:
-            raise error
+    return layout, cfg, _user_cell.check_initial_state(layout, x, h0)
+
+
+def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, group):
+    """newton_apply with a process group: every rank checks its arguments, the ranks agree (or all
+    raise), then the general path solves with distributed scans (_distributed.NewtonSlices)."""
+    _distributed.check_group("newton_apply", group)
+    builtin = isinstance(cell, (ParaGRU, ParaLSTM))
+    error, entries, steps = None, [], 0
+    try:
+        _check_compile_argument("newton_apply", compile)
+        if builtin:
+            cfg, _ = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
+            if cfg.scan_backend not in ("auto", "newton") or cfg.picard_adapt:
+                raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r} and picard_adapt "
+                                 f"{cfg.picard_adapt}, expected 'auto' or 'newton' and False with 'process_group' "
+                                 "(the distributed solve is the general Newton path; the fused and sequential "
+                                 "modes are single-process C++ kernels)")
+            layout = _user_cell.CellLayout(_BuiltinCellSteps(cell))
+            x_solved = _projection(cell, x)
+            if h0 is not None and isinstance(cell, ParaLSTM):
+                h0 = torch.stack([h0[1], h0[0]], dim=-2)  # slots (c, h)
+        else:
+            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+            x_solved = x
+        B, T = x_solved.shape[:2]
+        dtype = h0.dtype if h0 is not None else x_solved.dtype
+        first = slice(0, min(T, 1))
+        with torch.no_grad():  # step's own errors (a wrong shape) on one step, before any collective
+            layout.step(torch.zeros(layout.state_shape((B, first.stop)), dtype=dtype, device=x.device),
+                        x_solved[:, first])
+        entries = [
+            _distributed.Agreed("x", "batch size B", B),
+            _distributed.Agreed("cell", "state size (state_slots x hidden_size)", layout.state_size),
+            _distributed.Agreed("x", "state dtype (h0's when given, else the dtype x is solved in)",
+                                _distributed.dtype_code(dtype), _distributed.describe_dtype, TypeError),
+            _distributed.Agreed("x", "device type", _distributed.device_code(x.device), _distributed.describe_device),
+            _distributed.Agreed("cell", "jac_structure", _distributed.STRUCTURE_CODES.index(layout.structure),
+                                _distributed.describe_structure),
+            _distributed.Agreed("cfg", "max_iters", cfg.max_iters),
+            _distributed.Agreed("cfg", "picard_iters", cfg.picard_iters),
+            _distributed.Agreed("cfg", "omega", _distributed.float_code(cfg.omega), _distributed.describe_float),
+            _distributed.Agreed("cfg", "residual_atol", _distributed.float_code(cfg.residual_atol),
+                                _distributed.describe_float),
+            _distributed.Agreed("cfg", "residual_fail", _distributed.float_code(cfg.residual_fail),
+                                _distributed.describe_float),
+            _distributed.Agreed("return_stats", "value", int(bool(return_stats)),
+                                _distributed.describe_bool),
+        ]
+        steps = T
+    except (TypeError, ValueError, NotImplementedError, RuntimeError) as raised:
+        error = raised
+    device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+    slices = _distributed.agree("newton_apply", group, device, error, entries, steps, h0 is not None, False)
+    # The built-in cells solve outside autocast, as their operators do; a cell of your own as it is alone.
+    precision = torch.autocast(device_type=device.type, enabled=False) if builtin else contextlib.nullcontext()
+    with precision:
+        h, residual = _user_cell.solve(layout, x_solved, h0, cfg, return_stats, _distributed.NewtonSlices(slices))
+    _check_divergence(residual, cfg)
+    if builtin and isinstance(cell, ParaLSTM):
+        h, c = h[:, :, 1], h[:, :, 0]
+        h = (h, c) if return_cell_state else h
     return (h, NewtonStats(residual)) if return_stats else h

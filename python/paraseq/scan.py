@@ -6,13 +6,15 @@ from typing import Optional
 
 import torch
 
+from . import _distributed
 from ._ops import ops
 
 STRUCTURES = ("diag", "block", "dense")
 
 
 def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = None, structure: str = "diag",
-                reverse: bool = False) -> torch.Tensor:
+                reverse: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None
+                ) -> torch.Tensor:
     """Solves h_t = A_t h_{t-1} + b_t for all t at once, with paraseq's ordered parallel scan.
 
     Parameters
@@ -25,18 +27,27 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         The inputs, [B, T, N]: float32, float64, float16 or bfloat16 (the last two are stored as
         such and accumulated in float32), on the CPU or a CUDA device.
     h0 : torch.Tensor, optional
-        The state before t = 0, [B, N]; zero when None.
+        The state before t = 0, [B, N]; zero when None. With ``process_group``, the state before
+        the global t = 0: given on group rank 0 only (None on the other ranks).
     structure : {"diag", "block", "dense"}
         The structure of each A_t.
     reverse : bool
         Solve the adjoint recurrence instead: lambda_{T-1} = b_{T-1} and
         lambda_t = A_{t+1}^T lambda_{t+1} + b_t. h0 must then be None.
-
+    process_group : torch.distributed.ProcessGroup, optional
+        Sequence parallelism (docs/distributed.md): each rank of the group passes its contiguous
+        slice of the time axis, A [B, T_r, ...] and b [B, T_r, N] (the ranks in group-rank order
+        along time; T_r may differ between ranks and may be 0), and gets its slice of the global
+        result. Every rank of the group must call, with the same B, N, dtype, device type,
+        structure and reverse; the ranks exchange one all_gather of their slices' affine maps. When
+        any rank's inputs require grad, every rank's result does, and every rank must run the
+        backward (it is collective). None: one process, as without the argument.
     Returns
     -------
     torch.Tensor
         h (or lambda), [B, T, N], in b's dtype. Gradients reach A, b and h0 (the backward is
-        another scan), also gradients of gradients.
+        another scan), also gradients of gradients (with ``process_group``: first derivatives
+        only; the backward is a distributed scan the other way, and differentiating it raises).
 
     Raises
     ------
@@ -46,8 +57,26 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         A structure other than the three, shapes that do not match (the message names the argument
         and the expected shape), h0 with ``reverse=True``.
     RuntimeError
-        Tensors on different devices, or a device this build has no kernels for.
+        Tensors on different devices, or a device this build has no kernels for; with
+        ``process_group``, a torch.distributed that is not initialised, or grad modes that differ
+        between the ranks.
+
+    Notes
+    -----
+    With ``process_group``, every check runs on every rank before any work, and every rank raises
+    when one rank's arguments are refused (that rank raises its own error), when the ranks differ
+    in B, N, dtype (TypeError), device type, structure, block size or reverse (ValueError naming
+    the argument and each rank's value), when h0 is given on a rank other than group rank 0
+    (ValueError), or when ``process_group`` is not a ProcessGroup (TypeError).
     """
+    if process_group is not None:
+        return _distributed.linear_scan(A, b, h0, structure, reverse, process_group,
+                                        lambda: _check_with_the_operator(A, b, h0, structure, reverse))
+    _check_arguments(A, b, h0, structure, reverse)
+    return ops.linear_scan(A, b, h0, structure, reverse)
+
+
+def _check_arguments(A, b, h0, structure, reverse):
     if structure not in STRUCTURES:
         raise ValueError(f"linear_scan: argument 'structure' is {structure!r}, "
                          f"expected one of {', '.join(map(repr, STRUCTURES))}")
@@ -55,7 +84,15 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"linear_scan: argument '{name}' is a {type(tensor).__name__}, expected a tensor")
     _check_b_against_A(A, b, structure)
-    return ops.linear_scan(A, b, h0, structure, reverse)
+
+
+def _check_with_the_operator(A, b, h0, structure, reverse):
+    """The Python checks, then the operator's own (dtypes, devices, block sizes, h0) on at most one
+    step: a distributed call refuses bad arguments before any collective, with the same messages."""
+    _check_arguments(A, b, h0, structure, reverse)
+    first = slice(0, min(b.shape[1], 1))
+    with torch.no_grad():
+        ops.linear_scan(A[:, first] if A.dim() >= 2 else A, b[:, first], h0, structure, reverse)
 
 
 def _check_b_against_A(A, b, structure):

@@ -1,0 +1,467 @@
+"""Sequence parallelism (process_group=): linear_scan and newton_apply over gloo ranks, each rank
+holding a slice of the time axis, against the single-process results computed here (float64,
+1e-12), forward and backward; uneven and empty slices; determinism; the errors every rank raises.
+
+One spawn of four CPU processes runs every case (a spawn costs seconds of imports): the 2-rank
+cases run on the subgroups {0, 1} and {2, 3} at once (the second pair's group ranks are not its
+global ranks), the 4-rank cases on the whole world. Each rank saves what it computed; the tests
+below compare the slices, put back in rank order, with the single-process results.
+"""
+
+import math
+import os
+import time
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import paraseq
+from paraseq import NewtonConfig, ParaGRU, ParaLSTM, linear_scan, newton_apply
+from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell
+
+WORLD = 4
+RUN_TIMEOUT_S = 150  # the whole spawned run; each collective also times out (init_process_group)
+COLLECTIVE_TIMEOUT_S = 60
+TOL = 1e-12
+
+SCAN_T = 7
+SCAN_SPLITS = {"pair": [(3, 4)], "world": [(2, 0, 3, 2), (0, 3, 2, 2), (3, 2, 2, 0)]}
+NEWTON_T = 6
+NEWTON_SPLITS = {"pair": [(2, 4)], "world": [(2, 0, 3, 1), (0, 2, 2, 2), (2, 2, 2, 0)]}
+STRUCTURES = ("diag", "block", "dense")
+USER_CELLS = {"dense": DenseGRU, "diag": DiagonalCell, "block2": TwoSlotCell}
+USER_CONFIG = NewtonConfig(max_iters=3, residual_fail=None)  # not converged: the iterations themselves must agree
+EARLY_STOP_CONFIG = NewtonConfig(max_iters=20, picard_iters=1, residual_atol=1e-9)
+
+
+# ---- the cases, built alike in every process ------------------------------------------------------
+
+def scan_case(structure, reverse, seed):
+    """A, b, h0 (None for reverse) and the loss weights w, global: [B, T, ...]."""
+    g = torch.Generator().manual_seed(seed)
+    B, N, T = 2, 4, SCAN_T
+    shape = {"diag": (B, T, N), "block": (B, T, N // 2, 2, 2), "dense": (B, T, N, N)}[structure]
+    A = (torch.rand(shape, generator=g, dtype=torch.float64) - 0.5) * (1.6 if structure == "diag" else 0.8)
+    b = torch.randn(B, T, N, generator=g, dtype=torch.float64)
+    h0 = None if reverse else torch.randn(B, N, generator=g, dtype=torch.float64)
+    w = torch.randn(B, T, N, generator=g, dtype=torch.float64)
+    return A, b, h0, w
+
+
+def user_cell_case(kind, seed):
+    torch.manual_seed(seed)
+    cell = USER_CELLS[kind](3, 3).to(torch.float64)
+    slots = getattr(cell, "state_slots", 1)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.rand(2, NEWTON_T, 3, generator=g, dtype=torch.float64) - 0.5
+    state = (2, 3) if slots == 1 else (2, slots, 3)
+    h0 = 0.5 * torch.randn(state, generator=g, dtype=torch.float64)
+    w = torch.randn(2, NEWTON_T, *state[1:], generator=g, dtype=torch.float64)
+    return cell, x, h0, w
+
+
+def builtin_case(kind, seed):
+    torch.manual_seed(seed)
+    cell = (ParaGRU if kind == "gru" else ParaLSTM)(3, 4).to(torch.float64)
+    cell.config = NewtonConfig(max_iters=NEWTON_T + 2)  # converged: both solves give the solution to rounding
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.rand(2, NEWTON_T, 3, generator=g, dtype=torch.float64) - 0.5
+    h0 = 0.5 * torch.randn(2, 4, generator=g, dtype=torch.float64)
+    h0 = h0 if kind == "gru" else (h0, 0.3 * torch.randn(2, 4, generator=g, dtype=torch.float64))
+    w = torch.randn(2, NEWTON_T, 4, generator=g, dtype=torch.float64)
+    return cell, x, h0, w
+
+
+def stiff_gru():
+    """Recurrent weights of +-50: three Newton iterations from the default guess diverge."""
+    torch.manual_seed(40)
+    cell = ParaGRU(3, 4, config=NewtonConfig(max_iters=3)).to(torch.float64)
+    with torch.no_grad():
+        cell.recurrent.copy_(50 * torch.randn(3, 4).sign())
+    return cell, torch.randn(2, 32, 3, dtype=torch.float64)
+
+
+def piece(tensor, split, group_rank):
+    start = sum(split[:group_rank])
+    return tensor[:, start:start + split[group_rank]]
+
+
+def leaf(tensor):
+    return tensor.detach().clone().requires_grad_()
+
+
+def grads(tensors):
+    return [t.grad.clone() if t.grad is not None else None for t in tensors]
+
+
+# ---- what each rank runs ---------------------------------------------------------------------------
+
+def run_scan(group, structure, reverse, split, seed):
+    me = dist.get_rank(group)
+    A, b, h0, w = scan_case(structure, reverse, seed)
+    A_r, b_r = leaf(piece(A, split, me)), leaf(piece(b, split, me))
+    h0_r = leaf(h0) if h0 is not None and me == 0 else None
+    h = linear_scan(A_r, b_r, h0_r, structure, reverse, process_group=group)
+    (h * piece(w, split, me)).sum().backward()
+    return {"h": h.detach(), "grad_A": A_r.grad, "grad_b": b_r.grad,
+            "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_scan_h0_only(group, split):
+    """Only group rank 0's h0 requires grad: the other ranks' results must require grad too, so that
+    their backward joins the collective one."""
+    me = dist.get_rank(group)
+    A, b, h0, w = scan_case("block", False, 12)
+    h0_r = leaf(h0) if me == 0 else None
+    h = linear_scan(piece(A, split, me), piece(b, split, me), h0_r, "block", process_group=group)
+    requires_grad = h.requires_grad
+    (h * piece(w, split, me)).sum().backward()
+    return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_newton_h0_only(group, split):
+    """The same for a Newton solve of a cell whose parameters are frozen, x without grad."""
+    me = dist.get_rank(group)
+    cell, x, h0, w = user_cell_case("block2", 22)
+    cell.requires_grad_(False)
+    h0_r = leaf(h0) if me == 0 else None
+    h = newton_apply(cell, piece(x, split, me), USER_CONFIG, h0=h0_r, process_group=group)
+    requires_grad = h.requires_grad
+    (h * piece(w, split, me)).sum().backward()
+    return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+
+
+def run_early_stop(group, split):
+    """picard_iters and residual_atol's early stop, decided on the maximum over the ranks."""
+    me = dist.get_rank(group)
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    return newton_apply(cell, piece(x, split, me), EARLY_STOP_CONFIG, h0=h0 if me == 0 else None,
+                        process_group=group)
+
+
+def run_half(group, dtype, split):
+    me = dist.get_rank(group)
+    A, b, h0, _ = scan_case("dense", False, 14)
+    A, b, h0 = A.to(dtype), b.to(dtype), h0.to(dtype)
+    return linear_scan(piece(A, split, me), piece(b, split, me), h0 if me == 0 else None, "dense",
+                       process_group=group)
+
+
+def run_second_derivative(group):
+    """grad_b depends on A: a second derivative through it must raise, not drop that dependence."""
+    A, b, h0, w = scan_case("diag", False, 13)
+    A, b = leaf(A[:, :3]), leaf(b[:, :3])
+    h = linear_scan(A, b, process_group=group)
+    (grad_b,) = torch.autograd.grad((h * w[:, :3]).sum(), b, create_graph=True)
+    return caught(lambda: grad_b.square().sum().backward())
+
+
+def run_newton(group, cell, x, h0, w, split, gru_or_lstm=False):
+    me = dist.get_rank(group)
+    x_r = leaf(piece(x, split, me))
+    if me == 0:
+        h0_r = tuple(leaf(t) for t in h0) if isinstance(h0, tuple) else leaf(h0)
+    else:
+        h0_r = None
+    residual = None
+    if gru_or_lstm:
+        h = cell(x_r, h0_r, process_group=group)
+    else:
+        h, (residual,) = newton_apply(cell, x_r, USER_CONFIG, h0=h0_r, return_stats=True, process_group=group)
+    (h * piece(w, split, me)).sum().backward()
+    h0_leaves = (h0_r if isinstance(h0_r, tuple) else (h0_r,)) if h0_r is not None else ()
+    return {"h": h.detach(), "grad_x": x_r.grad, "grad_h0": grads(h0_leaves),
+            "grad_params": grads(list(cell.parameters())), "residual": residual}
+
+
+def caught(function):
+    """(exception type name, message): every rank records what it raised."""
+    try:
+        function()
+    except Exception as error:  # noqa: BLE001 (the tests check the type)
+        return type(error).__name__, str(error)
+    return None, None
+
+
+def run_errors(group):
+    me = dist.get_rank(group)
+    A, b, h0, _ = scan_case("diag", False, 5)
+    A, b = A[:, :3], b[:, :3]
+    errors = {}
+    errors["B"] = caught(lambda: linear_scan(A[:1 + me], b[:1 + me], process_group=group))
+    errors["N"] = caught(lambda: linear_scan(A[..., :3 + me], b[..., :3 + me], process_group=group))
+    errors["dtype"] = caught(lambda: linear_scan(A.float() if me else A, b.float() if me else b,
+                                                 process_group=group))
+    dense = torch.eye(4, dtype=torch.float64).expand(2, 3, 4, 4)
+    errors["structure"] = caught(lambda: linear_scan(dense if me else A, b, structure="dense" if me else "diag",
+                                                     process_group=group))
+    errors["reverse"] = caught(lambda: linear_scan(A, b, reverse=bool(me), process_group=group))
+    errors["h0"] = caught(lambda: linear_scan(A, b, h0, process_group=group))
+
+    def grad_mode_differs():
+        with torch.set_grad_enabled(me == 0):
+            linear_scan(leaf(A), b, process_group=group)
+    errors["grad_mode"] = caught(grad_mode_differs)
+    errors["shape"] = caught(lambda: linear_scan(A, b[0] if me else b, process_group=group))
+    errors["group"] = caught(lambda: linear_scan(A, b, process_group="world"))
+    cell, x, h0_cell, _ = user_cell_case("diag", 6)
+    errors["cfg"] = caught(lambda: newton_apply(cell, x, NewtonConfig(max_iters=2 + me), process_group=group))
+    errors["newton_h0"] = caught(lambda: newton_apply(cell, x, h0=h0_cell, process_group=group))
+    gru, x_gru, _, _ = builtin_case("gru", 7)
+    diverging, x_stiff = stiff_gru()
+    # Diverges on group rank 0's slice; the others have none, and raise too.
+    errors["diverged"] = caught(lambda: newton_apply(diverging, x_stiff if me == 0 else x_stiff[:, :0],
+                                                     process_group=group))
+    errors["fused"] = caught(lambda: newton_apply(gru, x_gru, NewtonConfig(scan_backend="fused"), process_group=group))
+    # After all of these the group still works: every rank raised after the same collectives.
+    errors["after"] = linear_scan(A, b, process_group=group).sum().item()
+    return errors
+
+
+def rank_cases(group, name):
+    """Every case for one group ('pair' or 'world')."""
+    results = {}
+    for split_index, split in enumerate(SCAN_SPLITS[name]):
+        for structure in STRUCTURES:
+            for reverse in (False, True):
+                results[("scan", structure, reverse, split_index)] = run_scan(group, structure, reverse, split, 10)
+    for split_index, split in enumerate(NEWTON_SPLITS[name]):
+        for kind in USER_CELLS:
+            results[("user", kind, split_index)] = run_newton(group, *user_cell_case(kind, 20), split)
+        for kind in ("gru", "lstm"):
+            results[("builtin", kind, split_index)] = run_newton(group, *builtin_case(kind, 30), split, True)
+    results["h0_only_scan"] = run_scan_h0_only(group, SCAN_SPLITS[name][1 if name == "world" else 0])
+    results["h0_only_newton"] = run_newton_h0_only(group, NEWTON_SPLITS[name][1 if name == "world" else 0])
+    results["second_derivative"] = run_second_derivative(group)
+    results["early_stop"] = run_early_stop(group, NEWTON_SPLITS[name][0])
+    for dtype in (torch.float32, torch.bfloat16):
+        results[("half", dtype)] = run_half(group, dtype, SCAN_SPLITS[name][0])
+    split = SCAN_SPLITS[name][0]
+    results["repeat_scan"] = [run_scan(group, "dense", False, split, 11) for _ in range(2)]
+    results["repeat_newton"] = [run_newton(group, *user_cell_case("dense", 21), NEWTON_SPLITS[name][0])
+                                for _ in range(2)]
+    results["errors"] = run_errors(group)
+    return results
+
+
+def worker(rank, init_file, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, init_method=f"file://{init_file}",
+                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    try:
+        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        results = {"pair": rank_cases(pairs[rank // 2], "pair"), "world": rank_cases(dist.group.WORLD, "world")}
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    except BaseException:
+        with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as file:
+            file.write(traceback.format_exc())
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Spawns the four ranks once; [results of global rank 0, 1, 2, 3]."""
+    out_dir = tmp_path_factory.mktemp("ranks")
+    saved = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OMP_PROC_BIND")}
+    os.environ["OMP_NUM_THREADS"], os.environ["OMP_PROC_BIND"] = "1", "false"  # 4 processes on few cores
+    try:
+        context = mp.start_processes(worker, args=(str(out_dir / "init"), str(out_dir)), nprocs=WORLD,
+                                     join=False, start_method="spawn")
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    finished = False
+    try:
+        # join() returns as each process ends (False while others run) and raises when one failed.
+        while not finished and time.monotonic() < deadline:
+            finished = context.join(timeout=max(deadline - time.monotonic(), 0.1))
+    except mp.ProcessRaisedException as error:
+        pytest.fail(f"a rank raised:\n{error}")
+    except mp.ProcessExitedException as error:
+        reports = "\n".join(path.read_text() for path in sorted(out_dir.glob("*.error")))
+        pytest.fail(f"a rank exited: {error}\n{reports}")
+    if not finished:
+        for process in context.processes:
+            process.terminate()
+        pytest.fail(f"the ranks did not finish within {RUN_TIMEOUT_S} s (a collective that some rank never joined?)")
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+
+
+def groups(ranks):
+    """(name, [per-group-rank results]) for each group that ran: the two pairs and the world."""
+    return [("pair", [ranks[0]["pair"], ranks[1]["pair"]]), ("pair", [ranks[2]["pair"], ranks[3]["pair"]]),
+            ("world", [r["world"] for r in ranks])]
+
+
+def joined(per_rank, key, field):
+    return torch.cat([r[key][field] for r in per_rank], dim=1)
+
+
+def assert_close(actual, expected, what):
+    assert actual.shape == expected.shape, what
+    error = (actual - expected).abs().max().item() if actual.numel() else 0.0
+    assert error <= TOL * max(1.0, expected.abs().max().item()), f"{what}: max error {error:.3g}"
+
+
+# ---- the tests -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("structure", STRUCTURES)
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_distributed_scan_equals_one_process(ranks, structure, reverse):
+    A, b, h0, w = scan_case(structure, reverse, 10)
+    A, b = leaf(A), leaf(b)
+    h0 = leaf(h0) if h0 is not None else None
+    h = linear_scan(A, b, h0, structure, reverse)
+    (h * w).sum().backward()
+    for name, per_rank in groups(ranks):
+        for split_index, split in enumerate(SCAN_SPLITS[name]):
+            key = ("scan", structure, reverse, split_index)
+            what = f"{name} split {split}"
+            assert_close(joined(per_rank, key, "h"), h.detach(), f"h, {what}")
+            assert_close(joined(per_rank, key, "grad_A"), A.grad, f"grad A, {what}")
+            assert_close(joined(per_rank, key, "grad_b"), b.grad, f"grad b, {what}")
+            if h0 is not None:  # h0 is group rank 0's, also when its slice is empty
+                assert_close(per_rank[0][key]["grad_h0"], h0.grad, f"grad h0, {what}")
+                assert all(r[key]["grad_h0"] is None for r in per_rank[1:])
+
+
+@pytest.mark.parametrize("kind", list(USER_CELLS))
+def test_distributed_newton_of_a_user_cell_equals_one_process(ranks, kind):
+    cell, x, h0, w = user_cell_case(kind, 20)
+    x, h0 = leaf(x), leaf(h0)
+    h, (residual,) = newton_apply(cell, x, USER_CONFIG, h0=h0, return_stats=True)
+    (h * w).sum().backward()
+    params = [p.grad for p in cell.parameters()]
+    check_newton(ranks, ("user", kind), h.detach(), x.grad, [h0.grad], params)
+    for _, per_rank in groups(ranks):  # the residual is the maximum over the ranks: every rank has all of it
+        for r in per_rank:
+            assert_close(r[("user", kind, 0)]["residual"], residual, "residual")
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_distributed_paragru_and_paralstm_equal_their_operators(ranks, kind):
+    """Under process_group the built-in cells take the general path; converged, it gives the C++
+    operators' solution and gradients."""
+    cell, x, h0, w = builtin_case(kind, 30)
+    x = leaf(x)
+    h0 = tuple(leaf(t) for t in h0) if isinstance(h0, tuple) else leaf(h0)
+    h = cell(x, h0)
+    (h * w).sum().backward()
+    h0_grads = [t.grad for t in h0] if isinstance(h0, tuple) else [h0.grad]
+    check_newton(ranks, ("builtin", kind), h.detach(), x.grad, h0_grads, [p.grad for p in cell.parameters()])
+
+
+def check_newton(ranks, prefix, h, grad_x, grad_h0, grad_params):
+    for name, per_rank in groups(ranks):
+        for split_index, split in enumerate(NEWTON_SPLITS[name]):
+            key = (*prefix, split_index)
+            what = f"{name} split {split}"
+            assert_close(joined(per_rank, key, "h"), h, f"h, {what}")
+            assert_close(joined(per_rank, key, "grad_x"), grad_x, f"grad x, {what}")
+            for got, expected in zip(per_rank[0][key]["grad_h0"], grad_h0, strict=True):
+                assert_close(got, expected, f"grad h0, {what}")
+            # Each rank holds its slice's part of a parameter's gradient: their sum is the gradient.
+            for index, expected in enumerate(grad_params):
+                total = sum(r[key]["grad_params"][index] for r in per_rank)
+                assert_close(total, expected, f"grad of parameter {index}, {what}")
+
+
+def test_distributed_results_are_bitwise_repeatable(ranks):
+    for _, per_rank in groups(ranks):
+        for r in per_rank:
+            for key in ("repeat_scan", "repeat_newton"):
+                first, second = r[key]
+                for field in ("h", "grad_x", "grad_A", "grad_b"):
+                    if field in first:
+                        assert torch.equal(first[field], second[field]), (key, field)
+
+
+def test_gradients_reach_h0_when_only_rank_0_requires_grad(ranks):
+    A, b, h0, w = scan_case("block", False, 12)
+    h0 = leaf(h0)
+    (linear_scan(A, b, h0, "block") * w).sum().backward()
+    cell, x, h0_cell, w_cell = user_cell_case("block2", 22)
+    cell.requires_grad_(False)
+    h0_cell = leaf(h0_cell)
+    (newton_apply(cell, x, USER_CONFIG, h0=h0_cell) * w_cell).sum().backward()
+    for _, per_rank in groups(ranks):  # the world's split has an empty slice on rank 0
+        for key, expected in (("h0_only_scan", h0.grad), ("h0_only_newton", h0_cell.grad)):
+            assert all(r[key]["requires_grad"] for r in per_rank), key
+            assert_close(per_rank[0][key]["grad_h0"], expected, key)
+
+
+def test_early_stop_and_picard_sweeps_agree_with_one_process(ranks):
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    expected = newton_apply(cell, x, EARLY_STOP_CONFIG, h0=h0)
+    for name, per_rank in groups(ranks):
+        assert_close(torch.cat([r["early_stop"] for r in per_rank], dim=1), expected, name)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_float32_and_bfloat16_scans_agree_with_one_process(ranks, dtype, tolerance):
+    """Half types: the maps are combined in float32; the state entering each rank is rounded to the
+    stored dtype once (one process carries it in float32), hence the bfloat16 tolerance."""
+    A, b, h0, _ = scan_case("dense", False, 14)
+    reference = linear_scan(A, b, h0, "dense")  # float64
+    single = linear_scan(A.to(dtype), b.to(dtype), h0.to(dtype), "dense").double()
+    for name, per_rank in groups(ranks):
+        got = torch.cat([r[("half", dtype)] for r in per_rank], dim=1)
+        assert got.dtype == dtype
+        scale = reference.abs().max().item()
+        assert (got.double() - reference).abs().max().item() <= tolerance * scale, name
+        assert (got.double() - single).abs().max().item() <= tolerance * scale, name
+
+
+def test_second_derivatives_of_a_distributed_scan_raise(ranks):
+    for _, per_rank in groups(ranks):
+        for r in per_rank:
+            kind, message = r["second_derivative"]
+            assert kind == "NotImplementedError" and "the gradient of a distributed scan (process_group) is not " \
+                "differentiable" in message, (kind, message)
+
+
+def test_mismatched_ranks_raise_on_every_rank(ranks):
+    expected = {
+        "B": ("ValueError", "argument 'b' has batch size B 1 on group rank 0, 2 on group rank 1"),
+        "N": ("ValueError", "argument 'b' has state size N 3 on group rank 0, 4 on group rank 1"),
+        "dtype": ("TypeError", "argument 'b' has dtype torch.float64 on group rank 0, torch.float32 on group rank 1"),
+        "structure": ("ValueError", "argument 'structure' has value 'diag' on group rank 0, 'dense' on group rank 1"),
+        "reverse": ("ValueError", "argument 'reverse' has value False on group rank 0, True on group rank 1"),
+        "h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
+        "grad_mode": ("RuntimeError", "torch.is_grad_enabled() is True on group rank 0, False on group rank 1"),
+        "cfg": ("ValueError", "argument 'cfg' has max_iters 2 on group rank 0, 3 on group rank 1"),
+        "newton_h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
+        "fused": ("ValueError", "argument 'cfg' has scan_backend 'fused'"),
+        "diverged": ("NewtonDivergenceError", "the Newton solve did not converge"),
+        "group": ("TypeError", "argument 'process_group' is a builtins.str, expected a torch.distributed.ProcessGroup"),
+    }
+    for _, per_rank in groups(ranks)[:2]:
+        for r in per_rank:
+            errors = r["errors"]
+            for case, (kind, text) in expected.items():
+                assert errors[case][0] == kind and text in errors[case][1], (case, errors[case])
+            assert math.isfinite(errors["after"])  # the group still runs a scan afterwards
+    # A rank whose own arguments are refused raises its own error; the others name that rank.
+    pair = groups(ranks)[0][1]
+    assert pair[1]["errors"]["shape"][0] == "ValueError" and "argument 'b' has shape [3, 4]" in \
+        pair[1]["errors"]["shape"][1]
+    assert pair[0]["errors"]["shape"] == ("ValueError", "linear_scan: the arguments of group rank(s) [1] were "
+                                          "refused there (their error names the argument); nothing was computed")
+
+
+def test_process_group_without_torch_distributed_initialised():
+    assert not dist.is_initialized()
+    A, b = torch.rand(1, 2, 3), torch.rand(1, 2, 3)
+    with pytest.raises(RuntimeError, match="argument 'process_group' is given, but torch.distributed is not "
+                                           "initialised"):
+        linear_scan(A, b, process_group=object())
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialised"):
+        newton_apply(ParaGRU(3, 3), b, process_group=object())
+    assert paraseq.linear_scan(A, b, process_group=None).shape == b.shape

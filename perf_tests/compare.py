@@ -88,6 +88,11 @@ def gru_eager_newton(a, u, iterations=3):
     return h
 
 
+def packed(backend):
+    """The operators' packed config: 3 Newton iterations of `backend`, no residual checks."""
+    return paraseq.NewtonConfig(max_iters=3, residual_fail=None, scan_backend=backend)._operator_config(eager=True)
+
+
 def compare_gru(time_ms, device, shapes, reps, sequential_up_to):
     results = []
     for B, T, H in shapes:
@@ -98,7 +103,7 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to):
         with torch.no_grad():
             states = {}
             for backend in ("sequential", "fused", "scan", "auto"):
-                solve = lambda: torch.ops.paraseq.para_gru(u, a, None, 3, 1.0, None, None, 0, False, backend, False)[0]
+                solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]
                 ms, _ = time_ms(solve, reps)
                 states[backend] = solve()
                 results.append({"workload": "gru_forward", **shape, "implementation": f"paraseq {backend}", "ms": ms,
@@ -124,7 +129,7 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to):
         weight = torch.randn(B, T, H, device=device)
         for backend in ("fused", "scan", "sequential"):
             def forward_backward():
-                h, _ = torch.ops.paraseq.para_gru(u_grad, a_grad, None, 3, 1.0, None, None, 0, False, backend, False)
+                h, _ = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)
                 torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
             ms, _ = time_ms(forward_backward, reps)
             results.append({"workload": "gru_forward_backward", **shape, "implementation": f"paraseq {backend}", "ms": ms})

@@ -35,7 +35,8 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _field_codegen, _library, _user_function, _user_odeint
 
-METHOD_TYPES = {"euler": "Euler", "heun": "Heun", "rk4": "RK4", "dopri5": "DormandPrince5"}
+METHOD_TYPES = {"euler": "Euler", "heun": "Heun", "rk4": "RK4", "bosh3": "BogackiShampine3", "dopri5": "DormandPrince5",
+                "tsit5": "Tsit5"}
 BUILD_DESCRIPTION = "libparaseq_torch.build.json"  # written by CMake next to the library
 statistics = {"compiles": 0, "loads": 0}  # this process's compiles and library loads (for tests)
 

@@ -34,14 +34,12 @@ def _newton_fake(u, state_size, with_residual):
 
 
 @torch.library.register_fake("paraseq::para_gru")
-def _para_gru_fake(u, a, h0, max_iters, omega, residual_atol, residual_fail, picard_iters, picard_adapt,
-                   scan_backend, with_residual):
+def _para_gru_fake(u, a, h0, config, with_residual):
     return _newton_fake(u, a.shape[1], with_residual)
 
 
 @torch.library.register_fake("paraseq::para_lstm")
-def _para_lstm_fake(u, a, p, state0, max_iters, omega, residual_atol, residual_fail, picard_iters, picard_adapt,
-                    scan_backend, with_residual):
+def _para_lstm_fake(u, a, p, state0, config, with_residual):
     return _newton_fake(u, 2 * a.shape[1], with_residual)
 
 

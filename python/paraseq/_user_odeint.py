@@ -30,6 +30,17 @@ _DOPRI5_A = [[], [0.2], [3 / 40, 9 / 40], [44 / 45, -56 / 15, 32 / 9],
              [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
              [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
              [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84]]
+_TSIT5_A = [[], [0.161], [-0.0084806554923569885444268742502307746751, 0.33548065549235698854442687425023077468],
+            [2.8971530571054934321304325941929387649, -6.3594484899750748431481599123838256260,
+             4.3622954328695814110177273181908868610],
+            [5.3258648284392566044288779208405113178, -11.748883564062827877747170339785772962,
+             7.4955393428898362083046047845643581557, -0.092495066361755249256502079332071916113],
+            [5.8614554429464200286592514869826478904, -12.920969317847109291706118681783359395,
+             8.1593678985761586431804007945392534852, -0.071584973281400997224530542525829738691,
+             -0.028269050394068382909003057212712241467],
+            [0.096460766818065229518167313165128763337, 0.01, 0.47988965041449957477524953229059651991,
+             1.3790085741037418931922748218568727708, -3.2900695154360806799010475857113638501,
+             2.3247105240997739824153559183987657961]]
 TABLEAUS = {
     "euler": dict(c=[0], a=[[]], b=[1], b_hat=None, fsal=False, embedded_order=0),
     "heun": dict(c=[0, 1], a=[[], [1]], b=[0.5, 0.5], b_hat=[1, 0], fsal=False, embedded_order=1),
@@ -39,8 +50,16 @@ TABLEAUS = {
                    b=[35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0],
                    b_hat=[5179 / 57600, 0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40],
                    fsal=True, embedded_order=4),
+    "bosh3": dict(c=[0, 0.5, 0.75, 1], a=[[], [0.5], [0, 0.75], [2 / 9, 1 / 3, 4 / 9]], b=[2 / 9, 1 / 3, 4 / 9, 0],
+                  b_hat=[7 / 24, 0.25, 1 / 3, 0.125], fsal=True, embedded_order=2),
+    "tsit5": dict(c=[0, 0.161, 0.327, 0.9, 0.98002554090450968572981028628702459549, 1, 1], a=_TSIT5_A,
+                  b=_TSIT5_A[6] + [0],
+                  b_hat=[0.094680755765839458074788762557589228561, 0.0091835655403432530967763639366453137598,
+                         0.48777052842476157078556425996312282415, 1.2342975669304789856551096738842376540,
+                         -2.7077123499835254548811099750593216707, 1.8666284181705870357537193995662114987, 1 / 66],
+                  fsal=True, embedded_order=4),
 }
-ADAPTIVE = ("heun", "dopri5")
+ADAPTIVE = ("heun", "bosh3", "dopri5", "tsit5")
 SAFETY, MIN_FACTOR, MAX_FACTOR, BETA1, BETA2 = 0.9, 0.2, 10.0, 0.7, 0.4
 LOG_ERROR_FLOOR = math.log(1e-4)  # a floor on the previous accepted error norm
 STATUS = {1: "max_steps (the step budget ran out before t_end)",
@@ -54,6 +73,18 @@ def dense_weights(method, theta):
     x = theta
     if method == "heun":
         return [x - x * x / 2, x * x / 2]
+    if method == "bosh3":  # the cubic Hermite interpolant (tableaus.hpp)
+        return [x * (1 + x * (-4 / 3 + x * 5 / 9)), x * x * (1 - x * 2 / 3), x * x * (4 / 3 - x * 8 / 9),
+                x * x * (x - 1)]
+    if method == "tsit5":  # Tsitouras's fourth-order dense output (tableaus.hpp)
+        x2 = x * x
+        return [-1.0530884977290216 * x * (x - 1.3299890189751412) * (x2 - 1.4364028541716351 * x + 0.7139816917074209),
+                0.1017 * x2 * (x2 - 2.1966568338249754 * x + 1.2949852507374631),
+                2.490627285651252793 * x2 * (x2 - 2.38535645472061657 * x + 1.57803468208092486),
+                -16.54810288924490272 * (x - 1.21712927295533244) * (x - 0.61620406037800089) * x2,
+                47.37952196281928122 * (x - 1.203071208372362603) * (x - 0.658047292653547382) * x2,
+                -34.87065786149660974 * (x - 1.2) * (x - 0.666666666666666667) * x2,
+                2.5 * (x - 1) * (x - 0.6) * x2]
     # Shampine's fourth-order dense output of Dormand-Prince (tableaus.hpp), Horner form.
     return [x * (1 + x * (-8048581381 / 2820520608 + x * (8663915743 / 2820520608 + x * (-12715105075 / 11282082432)))),
             torch.zeros_like(x),
@@ -89,17 +120,20 @@ def stages(rhs, tableau, t, h, t_next, y, k_first):
     return K, y_next
 
 
-def error_norm(tableau, h, y, y_next, K, rtol, atol):
-    """RMS over components of the error estimate over atol + rtol max(|y|, |y_next|): [rows]."""
-    error = h * sum((b - b_hat) * k for b, b_hat, k in zip(tableau["b"], tableau["b_hat"], K) if b != b_hat)
-    scale = atol + rtol * torch.maximum(y.abs(), y_next.abs())
+def error_norm(tableau, h, y, y_next, K, rtol, atol, measured):
+    """RMS over the first `measured` components of the error estimate over atol + rtol max(|y|,
+    |y_next|): [rows]."""
+    error = h * sum((b - b_hat) * k[:, :measured] for b, b_hat, k in zip(tableau["b"], tableau["b_hat"], K)
+                    if b != b_hat)
+    scale = atol + rtol * torch.maximum(y[:, :measured].abs(), y_next[:, :measured].abs())
     return (error / scale).square().mean(-1).sqrt()
 
 
-def first_step_size(rhs, tableau, t0, t_end, y, k_first, rtol, atol):
-    """Hairer's starting step (Solving ODEs I, II.4), per trajectory: [rows, 1]."""
-    scale = atol + rtol * y.abs()
-    rms = lambda v: (v / scale).square().mean(-1, keepdim=True).sqrt()
+def first_step_size(rhs, tableau, t0, t_end, y, k_first, rtol, atol, measured):
+    """Hairer's starting step (Solving ODEs I, II.4) over the first `measured` components, per
+    trajectory: [rows, 1]."""
+    scale = atol + rtol * y[:, :measured].abs()
+    rms = lambda v: (v[:, :measured] / scale).square().mean(-1, keepdim=True).sqrt()
     d0, d1 = rms(y), rms(k_first)
     span = t_end - t0
     h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6), 0.01 * d0 / d1).clamp(max=span)
@@ -186,8 +220,9 @@ def integrate_fixed(rhs, tableau, y0, times, step_size, record=None):
     return observed
 
 
-def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, record=None):
-    """Observed states [len(t), N, n] with adaptive steps per trajectory. record(rows, t, h, t_new,
+def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record=None):
+    """Observed states [len(t), N, n] with adaptive steps per trajectory; the step control measures
+    the first `measured` components (the others are constants carried along). record(rows, t, h, t_new,
     y, observations) is called for every attempt that some trajectories accept (rows: their
     indices; observations: (j, rows, theta or None at the step's end) of what they observed)."""
     N, n = y0.shape
@@ -205,7 +240,7 @@ def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, r
     k = tableau["embedded_order"] + 1
     y, t = y0, t0
     k_first = rhs(t, y)
-    h = first_step_size(rhs, tableau, t0, t_end, y, k_first, rtol, atol)
+    h = first_step_size(rhs, tableau, t0, t_end, y, k_first, rtol, atol, measured)
     accepted = torch.zeros(N, dtype=torch.long, device=device)
     rejected = torch.zeros_like(accepted)
     next_observation = torch.ones_like(accepted)
@@ -224,7 +259,7 @@ def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, r
         if not running.any():
             break
         K, y_new = stages(rhs, tableau, t, h_step, t_new, y, k_first)
-        error = error_norm(tableau, h_step, y, y_new, K, rtol, atol).unsqueeze(-1)
+        error = error_norm(tableau, h_step, y, y_new, K, rtol, atol, measured).unsqueeze(-1)
         finite = torch.isfinite(error) & torch.isfinite(y_new).all(-1, keepdim=True)
         accept = running.unsqueeze(-1) & finite & (error <= 1)
         reject = running.unsqueeze(-1) & ~accept
@@ -297,25 +332,27 @@ def make_rhs(token, tensors, one_trajectory):
     return rhs
 
 
-def _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, record=None):
+def _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured, record=None):
     rhs = make_rhs(token, tensors, one_trajectory)
     times = t.tolist()
     tableau = TABLEAUS[method]
     if step_size is None and method in ADAPTIVE:
-        return integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, record)
+        return integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record)
     return integrate_fixed(rhs, tableau, y0, times, step_size, record)
 
 
 @torch.library.custom_op("paraseq::user_odeint", mutates_args=())
 def user_odeint(token: int, y0: torch.Tensor, t: torch.Tensor, tensors: List[torch.Tensor], method: str,
-                step_size: Optional[float], rtol: float, atol: float, max_steps: int,
-                one_trajectory: bool) -> torch.Tensor:
+                step_size: Optional[float], rtol: float, atol: float, max_steps: int, one_trajectory: bool,
+                measured: int) -> torch.Tensor:
+    """measured: how many leading components of the state the step control measures (y0's n for a
+    function of your own; a built-in field's n, its per-trajectory parameters riding behind it)."""
     with torch.no_grad():
-        return _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory)
+        return _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured)
 
 
 @user_odeint.register_fake
-def _user_odeint_fake(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory):
+def _user_odeint_fake(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured):
     return y0.new_empty((t.shape[0], *y0.shape))
 
 
@@ -333,12 +370,12 @@ def _step_vjp(token, tensors, one_trajectory, tableau, t, h, t_next, y, grad_y_n
 @torch.library.custom_op("paraseq::user_odeint_backward", mutates_args=())
 def user_odeint_backward(token: int, y0: torch.Tensor, t: torch.Tensor, tensors: List[torch.Tensor], method: str,
                          step_size: Optional[float], rtol: float, atol: float, max_steps: int, one_trajectory: bool,
-                         grad: torch.Tensor) -> List[torch.Tensor]:
+                         measured: int, grad: torch.Tensor) -> List[torch.Tensor]:
     """[dL/dy0] + [dL/dtensor for each tensor], the discrete adjoint over the steps taken."""
     tableau = TABLEAUS[method]
     steps = []
     with torch.no_grad():
-        _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory,
+        _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured,
                  record=lambda *step: steps.append(step))
     grad_tensors = [torch.zeros_like(x) for x in tensors]
     S = len(tableau["c"])
@@ -385,24 +422,24 @@ def user_odeint_backward(token: int, y0: torch.Tensor, t: torch.Tensor, tensors:
 
 @user_odeint_backward.register_fake
 def _user_odeint_backward_fake(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory,
-                               grad):
+                               measured, grad):
     return [torch.empty_like(y0)] + [torch.empty_like(x) for x in tensors]
 
 
 def _setup_context(ctx, inputs, output):
-    token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory = inputs
+    token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured = inputs
     ctx.save_for_backward(y0, t, *tensors)
-    ctx.settings = (token, method, step_size, rtol, atol, max_steps, one_trajectory)
+    ctx.settings = (token, method, step_size, rtol, atol, max_steps, one_trajectory, measured)
     if not torch.compiler.is_compiling():  # eager: the graph keeps the function alive for the backward
         ctx.function = _user_function.entry(token).callable()
 
 
 def _backward(ctx, grad):
     y0, t, *tensors = ctx.saved_tensors
-    token, method, step_size, rtol, atol, max_steps, one_trajectory = ctx.settings
+    token, method, step_size, rtol, atol, max_steps, one_trajectory, measured = ctx.settings
     grads = user_odeint_backward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory,
-                                 grad.contiguous())
-    return None, grads[0], None, grads[1:], None, None, None, None, None, None
+                                 measured, grad.contiguous())
+    return None, grads[0], None, grads[1:], None, None, None, None, None, None, None
 
 
 user_odeint.register_autograd(_backward, setup_context=_setup_context)

@@ -33,6 +33,14 @@ class Field:
     def operands(self, y0):
         raise NotImplementedError
 
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        """dy [rows, n] in PyTorch from y [rows, n], the rows' params [rows, P] ([rows, 0] when
+        none) and shared [Q] (empty when none) as operands() packs them, and operands()'s
+        mlp_hidden: the formulas of src/loops/fields.hpp, for odeint's general path (the methods
+        the field's operator does not have)."""
+        raise NotImplementedError
+
     def _tensors(self):
         return [(name, value) for name, value in self.named_values() if torch.is_tensor(value)]
 
@@ -112,6 +120,11 @@ class DampedOscillator(_OwnParameterField):
     def __init__(self, k, c):
         super().__init__(k=k, c=c)
 
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        k, c = params.unbind(-1)
+        return torch.stack([y[:, 1], -k * y[:, 0] - c * y[:, 1]], dim=-1)
+
 
 class LotkaVolterra(_OwnParameterField):
     """x' = alpha x - beta x y, y' = delta x y - gamma y (n = 2).
@@ -126,6 +139,12 @@ class LotkaVolterra(_OwnParameterField):
     def __init__(self, alpha, beta, delta, gamma):
         super().__init__(alpha=alpha, beta=beta, delta=delta, gamma=gamma)
 
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        alpha, beta, delta, gamma = params.unbind(-1)
+        x, z = y.unbind(-1)
+        return torch.stack([alpha * x - beta * x * z, delta * x * z - gamma * z], dim=-1)
+
 
 class SIR(_OwnParameterField):
     """s' = -beta s i, i' = beta s i - gamma i, r' = gamma i (n = 3).
@@ -139,6 +158,12 @@ class SIR(_OwnParameterField):
 
     def __init__(self, beta, gamma):
         super().__init__(beta=beta, gamma=gamma)
+
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        beta, gamma = params.unbind(-1)
+        infection, recovery = beta * y[:, 0] * y[:, 1], gamma * y[:, 1]
+        return torch.stack([-infection, infection - recovery, recovery], dim=-1)
 
 
 def _require_tensor(field, name, value):
@@ -183,6 +208,14 @@ class Linear(Field):
                 raise self._shape_error(name, value, f"{N} (the trajectories of y0) as its first size")
         return torch.cat([A.expand(N, n, n).reshape(N, n * n), b.expand(N, n)], dim=-1), None, 0
 
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        n = y.shape[-1]
+        if params.shape[-1] == 0:  # [A (row-major), b] shared by all rows
+            return y @ shared[:n * n].reshape(n, n).T + shared[n * n:]
+        A, b = params[:, :n * n].reshape(-1, n, n), params[:, n * n:]
+        return (A @ y.unsqueeze(-1)).squeeze(-1) + b
+
 
 class MLP(Field):
     """y' = W2 tanh(W1 y + b1) + b2, a one-hidden-layer neural ODE with shared weights.
@@ -220,3 +253,9 @@ class MLP(Field):
 
     def operands(self, y0):
         return None, torch.cat([w.reshape(-1) for w in self.weights]), self.hidden
+
+    @staticmethod
+    def _rhs(y, params, shared, hidden):
+        n = y.shape[-1]
+        W1, b1, W2, b2 = shared.split([hidden * n, hidden, n * hidden, n])
+        return torch.tanh(y @ W1.reshape(hidden, n).T + b1) @ W2.reshape(n, hidden).T + b2

@@ -20,6 +20,10 @@ SCAN_BACKENDS = ("auto", "newton", "fused", "sequential")
 SCAN_BACKEND_ALIASES = {"scan": "newton", "automatic": "auto"}
 INT_SETTING_MAX = 2 ** 31 - 1  # the C++ NewtonConfig holds its counts as int
 DEFAULT_RESIDUAL_FAIL = 1e-3
+# The layout of NewtonConfig._operator_config, the operators' packed config; the C++ side
+# (newton_config_from_list) refuses another version.
+_OPERATOR_CONFIG_VERSION = 1
+_OPERATOR_NONE = -1.0  # an unset threshold in the packed config
 
 
 def _check_count(function, name, value):
@@ -96,6 +100,24 @@ class NewtonConfig:
                              "of 'newton')")
         object.__setattr__(self, "scan_backend", backend)
 
+    def _operator_config(self, eager: bool) -> list[float]:
+        """The config as the Newton operators' ``float[] config`` argument, layout version 1
+        (src/adapters/torch/newton_ops.hpp): [version, max_iters, omega, residual_atol,
+        residual_fail, picard_iters, picard_adapt, scan_backend], None as -1, picard_adapt as 0 or
+        1, scan_backend as its index in SCAN_BACKENDS.
+
+        The settings that read the residual on the host (residual_atol, residual_fail,
+        picard_adapt) are dropped unless eager. residual_fail reaches the solver only with
+        picard_adapt, which retries against it: the divergence check itself is newton_apply's, on
+        the residual the operator returns.
+        """
+        def threshold(value):
+            return _OPERATOR_NONE if value is None or not eager else float(value)
+        adapt = self.picard_adapt and eager
+        return [float(_OPERATOR_CONFIG_VERSION), float(self.max_iters), float(self.omega),
+                threshold(self.residual_atol), threshold(self.residual_fail if adapt else None),
+                float(self.picard_iters), float(adapt), float(SCAN_BACKENDS.index(self.scan_backend))]
+
 
 def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> NewtonConfig:
     """A NewtonConfig with a fixed iteration count and no residual check: no host synchronisation.
@@ -129,18 +151,23 @@ def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> Ne
 class NewtonDivergenceError(RuntimeError):
     """The solve's max |F| exceeded NewtonConfig.residual_fail after the last iteration, or was not finite.
 
+    Raised by newton_apply (and the modules' forward) from the residual the solve returns, also
+    after picard_adapt's retries.
+
     Attributes
     ----------
-    residual : torch.Tensor or None
-        [B] float64: the max over t and channels of |F_t(h)| per batch element (None when the C++
-        solver raised it itself, as with picard_adapt).
+    residual : torch.Tensor
+        [B] float64: the max over t and channels of |F_t(h)| per batch element, of the result that
+        failed the check.
     residual_fail : float
         The threshold.
+    iterations : int
+        The Newton iterations of the failed solve (its max_iters).
     """
 
-    def __init__(self, message, residual=None, residual_fail=None):
+    def __init__(self, message, residual=None, residual_fail=None, iterations=None):
         super().__init__(message)
-        self.residual, self.residual_fail = residual, residual_fail
+        self.residual, self.residual_fail, self.iterations = residual, residual_fail, iterations
 
 
 class NewtonStats(NamedTuple):
@@ -439,7 +466,7 @@ def _divergence(residual, residual_fail, iterations):
         f"newton_apply: the Newton solve did not converge: max |F| = {worst:.3g} with max_iters = {iterations} "
         f"(batch elements {failed.nonzero().flatten().tolist()}), expected <= residual_fail = {residual_fail:g}. "
         "A NaN in x or in the parameters makes the residual non-finite. Raise max_iters or picard_iters, or pass "
-        "NewtonConfig(residual_fail=None) to accept the result unchecked", residual, residual_fail)
+        "NewtonConfig(residual_fail=None) to accept the result unchecked", residual, residual_fail, iterations)
 
 
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
@@ -524,31 +551,19 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
         return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
     cfg, state0 = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
+    # In eager mode the divergence check is made here, on the residual the operator returns (also
+    # after picard_adapt's retries: the operator returns the failed result instead of raising).
     eager = not torch.compiler.is_compiling()
-    # The divergence check is made here, on the residual the operator returns, unless picard_adapt
-    # needs the threshold inside the solve (it retries with more Picard sweeps on a failure).
-    residual_fail = cfg.residual_fail if eager else None
-    check_here = residual_fail is not None and not cfg.picard_adapt
-    settings = (cfg.max_iters, cfg.omega, cfg.residual_atol if eager else None, None if check_here else residual_fail,
-                cfg.picard_iters, cfg.picard_adapt and eager, cfg.scan_backend, return_stats or check_here)
+    check = eager and cfg.residual_fail is not None
+    config = cfg._operator_config(eager)
     u = _projection(cell, x)
     with torch.autocast(device_type=x.device.type, enabled=False):
         if isinstance(cell, ParaGRU):
-            solve = lambda: ops.para_gru(u, cell.recurrent, state0, *settings)
+            state, residual = ops.para_gru(u, cell.recurrent, state0, config, return_stats or check)
         else:
-            solve = lambda: ops.para_lstm(u, cell.recurrent, cell.peephole, state0, *settings)
-        if eager and residual_fail is not None and not check_here:
-            try:
-                state, residual = solve()
-            except RuntimeError as error:  # the C++ solver's NewtonDivergenceError after picard_adapt's retries
-                if "NewtonDivergenceError" in str(error):
-                    raise NewtonDivergenceError(str(error).split("NewtonDivergenceError: ", 1)[-1],
-                                                residual_fail=residual_fail) from None
-                raise
-        else:
-            state, residual = solve()
-    if check_here:
-        error = _divergence(residual, residual_fail, cfg.max_iters)
+            state, residual = ops.para_lstm(u, cell.recurrent, cell.peephole, state0, config, return_stats or check)
+    if check:
+        error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
         if error is not None:
             raise error
     if isinstance(cell, ParaGRU):

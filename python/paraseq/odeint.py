@@ -13,7 +13,10 @@ from ._ops import ops
 from .fields import Field, finite_number
 from .newton import _check_compile_argument
 
-METHODS = ("euler", "heun", "rk4", "dopri5")  # the operator's; src/loops also has bosh3 and tsit5
+METHODS = ("euler", "heun", "rk4", "bosh3", "dopri5", "tsit5")
+# The methods of the built-in fields' operator; bosh3 and tsit5 integrate a built-in field on the
+# general path (each step in PyTorch), which builds no C++ for them.
+OPERATOR_METHODS = ("euler", "heun", "rk4", "dopri5")
 STATE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 MAX_INT32 = 2**31 - 1  # the loops count trajectories, times and steps in int
 
@@ -61,12 +64,13 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     (compile "auto" or True). See docs/migration.md and docs/torch.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not
-    supported); a 1-D tensor or a sequence, real. method: "euler", "heun", "rk4" or "dopri5"
-    (torchdiffeq's "bosh3" and "tsit5" are not available here). A step_size (or torchdiffeq's
-    options=dict(step_size=...)) makes any method fixed-step (a shorter step lands exactly on each
-    t). Without one, euler and rk4 step from one t to the next and heun and dopri5 adapt their steps
-    to rtol and atol (defaults 1e-7 and 1e-9 as torchdiffeq's; at most max_steps attempts per
-    trajectory). The field's tensors
+    supported); a 1-D tensor or a sequence, real. method: "euler", "heun", "rk4", "bosh3"
+    (Bogacki-Shampine 3(2)), "dopri5" or "tsit5" (Tsitouras 5(4)). A built-in field runs bosh3 and
+    tsit5 on the general path (its steps in PyTorch: slower than its operator, docs/torch.md), the
+    other four in its operator. A step_size (or torchdiffeq's options=dict(step_size=...)) makes any
+    method fixed-step (a shorter step lands exactly on each t). Without one, euler and rk4 step from
+    one t to the next and heun, bosh3, dopri5 and tsit5 adapt their steps to rtol and atol (defaults
+    1e-7 and 1e-9 as torchdiffeq's; at most max_steps attempts per trajectory). The field's tensors
     must have y0's dtype and device.
 
     Gradients reach y0 and the field's tensors, through the discrete steps taken; a t that requires
@@ -127,6 +131,10 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
                                      one_trajectory, compile)
     field.check(y0)
     params, shared, mlp_hidden = field.operands(y0)
+    if method not in OPERATOR_METHODS:
+        observed = _odeint_field_in_pytorch(field, y0, t, params, shared, mlp_hidden, method, step_size, float(rtol),
+                                            float(atol), int(max_steps))
+        return observed[:, 0] if one_trajectory else observed
     arguments = (field.name, y0, t.to(torch.float64), params, shared, mlp_hidden, method,
                  None if step_size is None else float(step_size), float(rtol), float(atol), int(max_steps))
     if torch.compiler.is_compiling():
@@ -155,15 +163,55 @@ def _check_times(t):
                              "strictly increasing times")
 
 
+def _odeint_field_in_pytorch(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps):
+    """A built-in field on the general path: the state carries each trajectory's parameters behind
+    its n components (constants: their derivative is zero, and the step control measures only
+    the n), so that the rows of every step see their own parameters; the shared ones are the
+    function's one tensor. Returns [len(t), N, n]."""
+    n = field.state_size
+    own = y0.new_zeros((y0.shape[0], 0)) if params is None else params
+    token = _field_function_token(type(field), n, mlp_hidden)
+    tensors = [y0.new_zeros((0,)) if shared is None else shared]
+    observed = _integrate_registered(token, tensors, torch.cat([y0, own], dim=-1), t, method, step_size, rtol, atol,
+                                     max_steps, False, False, n)
+    return observed[..., :n]
+
+
+_field_functions = {}  # (field type, n, mlp_hidden) -> its function, held for the registry's weak reference
+
+
+@torch._dynamo.assume_constant_result
+def _field_function_token(field_type, n, mlp_hidden) -> int:
+    """The registry token of the general path's function for a built-in field type and size; runs
+    at trace time under torch.compile (a constant of the graph, like a function of your own)."""
+    key = (field_type, n, mlp_hidden)
+    if key not in _field_functions:
+        rhs = field_type._rhs
+
+        def field_function(t, state, shared=torch.zeros(0)):  # shared: the operator's tensor, substituted
+            y, row_params = state[:, :n], state[:, n:]
+            return torch.cat([rhs(y, row_params, shared, mlp_hidden), torch.zeros_like(row_params)], dim=-1)
+        _field_functions[key] = field_function
+    return _user_function.register(None, _field_functions[key])
+
+
 def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory, compile):
-    """func's tensors found, func registered, then one call of its generated operator (the
-    compiled path) or of paraseq::user_odeint (the general path)."""
-    if step_size is None and method in _user_odeint.ADAPTIVE and rtol == 0 and atol == 0:
-        raise ValueError("odeint: arguments 'rtol' and 'atol' are both 0, expected rtol > 0 or atol > 0 for adaptive "
-                         f"steps (method {method!r} without a step_size)")
+    """func's tensors found and func registered, then _integrate_registered."""
     owner, function = _user_function.split(func)
     tensors = _user_function.found_tensors(owner, function)
     token = _user_function.register(owner, function)
+    return _integrate_registered(token, tensors, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory,
+                                 compile, y0.shape[1])
+
+
+def _integrate_registered(token, tensors, y0, t, method, step_size, rtol, atol, max_steps, one_trajectory, compile,
+                          measured):
+    """One call of the registered function's generated operator (the compiled path) or of
+    paraseq::user_odeint (the general path, whose step control measures the first `measured`
+    components of the state)."""
+    if step_size is None and method in _user_odeint.ADAPTIVE and rtol == 0 and atol == 0:
+        raise ValueError("odeint: arguments 'rtol' and 'atol' are both 0, expected rtol > 0 or atol > 0 for adaptive "
+                         f"steps (method {method!r} without a step_size)")
     t = t.detach().to(torch.float64)
     if not torch.compiler.is_compiling():
         _check_times(t)
@@ -181,7 +229,7 @@ def _odeint_user_function(func, y0, t, method, step_size, rtol, atol, max_steps,
             observed = _compiled_odeint.run(namespace, y0, tensors, t, step_size, rtol, atol, max_steps)
             return observed[:, 0] if one_trajectory else observed
     observed = _user_odeint.user_odeint(token, y0, t, tensors, method, step_size, rtol, atol, max_steps,
-                                        one_trajectory)
+                                        one_trajectory, measured)
     return observed[:, 0] if one_trajectory else observed
 
 

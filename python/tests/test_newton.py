@@ -40,6 +40,11 @@ def lstm_loop(cell, x):
 BACKENDS = ["auto", "fused", "newton", "sequential"]
 
 
+def op_config(**settings):
+    """The operators' packed config (one float[] argument) of NewtonConfig(residual_fail=None, **settings)."""
+    return NewtonConfig(**{"residual_fail": None, **settings})._operator_config(eager=True)
+
+
 def small_inputs(cell, B=3, T=50):
     """x in the cell's dtype, on its device."""
     return torch.rand(B, T, cell.input_size, dtype=cell.recurrent.dtype, device=cell.recurrent.device) - 0.5
@@ -82,11 +87,11 @@ def test_gradcheck_ops_in_double(device):
     u = (torch.rand(2, 7, 9, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     a = (torch.rand(3, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     h0 = (torch.rand(2, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
-    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "newton", False)[0]
+    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, op_config(max_iters=8, scan_backend="newton"), False)[0]
     assert torch.autograd.gradcheck(gru, (u, a, h0))
     p = (torch.rand(2, 3, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     s0 = (torch.rand(2, 6, dtype=torch.float64, device=device) - 0.5).requires_grad_()
-    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, 8, 1.0, None, None, 0, False, "fused",
+    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, op_config(max_iters=8, scan_backend="fused"),
                                                            False)[0]
     assert torch.autograd.gradcheck(lstm, (u, a, p, s0))
 
@@ -96,11 +101,11 @@ def test_opcheck(device):
     a = (torch.rand(3, 3, device=device) - 0.5).requires_grad_()
     p = (torch.rand(2, 3, device=device) - 0.5).requires_grad_()
     h0 = torch.rand(2, 3, device=device)
-    torch.library.opcheck(torch.ops.paraseq.para_gru, (u, a, h0, 3, 1.0, None, None, 0, False, "auto", True))
-    torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, a, p, None, 3, 1.0, None, None, 0, False, "auto", False))
-    h = torch.ops.paraseq.para_gru(u, a, h0, 3, 1.0, None, None, 0, False, "auto", False)[0].detach()
+    torch.library.opcheck(torch.ops.paraseq.para_gru, (u, a, h0, op_config(), True))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, a, p, None, op_config(), False))
+    h = torch.ops.paraseq.para_gru(u, a, h0, op_config(), False)[0].detach()
     torch.library.opcheck(torch.ops.paraseq.para_gru_backward, (u.detach(), a.detach(), h0, h, torch.randn_like(h)))
-    state = torch.ops.paraseq.para_lstm(u, a, p, None, 3, 1.0, None, None, 0, False, "auto", False)[0].detach()
+    state = torch.ops.paraseq.para_lstm(u, a, p, None, op_config(), False)[0].detach()
     torch.library.opcheck(torch.ops.paraseq.para_lstm_backward,
                           (u.detach(), a.detach(), p.detach(), None, state, torch.randn_like(state)))
 
@@ -188,13 +193,13 @@ def test_errors_name_the_argument(device):
         NewtonConfig(scan_backend="gpu")
     u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
     with pytest.raises(ValueError, match="argument 'u' has shape"):
-        torch.ops.paraseq.para_gru(u[..., :-1], a, None, 3, 1.0, None, None, 0, False, "auto", False)
+        torch.ops.paraseq.para_gru(u[..., :-1], a, None, op_config(), False)
     with pytest.raises(TypeError, match="argument 'a' has dtype Double"):
-        torch.ops.paraseq.para_gru(u, a.double(), None, 3, 1.0, None, None, 0, False, "auto", False)
+        torch.ops.paraseq.para_gru(u, a.double(), None, op_config(), False)
     with pytest.raises(ValueError, match="argument 'h0' has shape"):
-        torch.ops.paraseq.para_gru(u, a, torch.zeros(2, 5, device=device), 3, 1.0, None, None, 0, False, "auto", False)
-    with pytest.raises(ValueError, match="argument 'omega' is 1.5"):
-        torch.ops.paraseq.para_gru(u, a, None, 3, 1.5, None, None, 0, False, "auto", False)
+        torch.ops.paraseq.para_gru(u, a, torch.zeros(2, 5, device=device), op_config(), False)
+    with pytest.raises(ValueError, match=r"argument 'config' has entry 2 \(omega\) = 1.5, expected 0 < omega <= 1"):
+        torch.ops.paraseq.para_gru(u, a, None, [1, 3, 1.5, -1, -1, 0, 0, 0], False)
 
 
 # ---- second derivatives ---------------------------------------------------------------------------
@@ -203,8 +208,8 @@ def newton_operators(device):
     """(name, fn, inputs) of both Newton operators in double, every tensor requiring grad."""
     rand = lambda *shape: (torch.rand(*shape, dtype=torch.float64, device=device) - 0.5).requires_grad_()
     u, a, p, h0, s0 = rand(2, 5, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
-    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, 8, 1.0, None, None, 0, False, "newton", False)[0]
-    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, 8, 1.0, None, None, 0, False, "newton",
+    gru = lambda u, a, h0: torch.ops.paraseq.para_gru(u, a, h0, op_config(max_iters=8, scan_backend="newton"), False)[0]
+    lstm = lambda u, a, p, s0: torch.ops.paraseq.para_lstm(u, a, p, s0, op_config(max_iters=8, scan_backend="newton"),
                                                            False)[0]
     return [("para_gru", gru, (u, a, h0)), ("para_lstm", lstm, (u, a, p, s0))]
 
@@ -270,9 +275,10 @@ def test_mode_names_are_the_cpp_ones_and_the_former_ones_still_work(device):
     assert NewtonConfig(scan_backend="scan").scan_backend == "newton"
     assert NewtonConfig(scan_backend="automatic").scan_backend == "auto"
     u, a = torch.rand(2, 6, 9, device=device) - 0.5, torch.rand(3, 3, device=device) - 0.5
-    solve = lambda name: torch.ops.paraseq.para_gru(u, a, None, 3, 1.0, None, None, 0, False, name, False)[0]
+    solve = lambda name: torch.ops.paraseq.para_gru(u, a, None, op_config(scan_backend=name), False)[0]
     assert torch.equal(solve("newton"), solve("scan")) and torch.equal(solve("auto"), solve("automatic"))
-    with pytest.raises(ValueError, match="expected \"auto\", \"newton\", \"fused\" or \"sequential\""):
+    with pytest.raises(ValueError, match="NewtonConfig: argument 'scan_backend' is 'gpu', expected one of 'auto', "
+                                         "'newton', 'fused', 'sequential'"):
         solve("gpu")
 
 
@@ -364,7 +370,7 @@ def test_wrong_parameter_shapes_are_named(device):
 
 def test_operator_errors_use_the_operators_argument_names(device):
     u, a, p = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device), torch.randn(2, 6, device=device)
-    settings = (3, 1.0, None, None, 0, False, "auto", False)
+    settings = (op_config(), False)
     gru, lstm = torch.ops.paraseq.para_gru, torch.ops.paraseq.para_lstm
     state = torch.zeros(2, 5, 12, device=device)
     cases = [
@@ -396,10 +402,11 @@ def test_counts_that_do_not_fit_are_refused(device, value):
         with pytest.raises(ValueError, match=f"NewtonConfig: argument '{name}' is {value}, expected an int"):
             NewtonConfig(**{name: value})
     u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
-    with pytest.raises(ValueError, match=f"para_gru: argument 'max_iters' is {value}, expected 0 <= max_iters"):
-        torch.ops.paraseq.para_gru(u, a, None, value, 1.0, None, None, 0, False, "auto", False)
-    with pytest.raises(ValueError, match=f"para_lstm: argument 'picard_iters' is {value}"):
-        torch.ops.paraseq.para_lstm(u, a, a[:2], None, 3, 1.0, None, None, value, False, "newton", False)
+    with pytest.raises(ValueError, match=f"para_gru: argument 'config' has entry 1 \\(max_iters\\) = {value}, "
+                                         r"expected an integer with 0 <= value <= 2147483647"):
+        torch.ops.paraseq.para_gru(u, a, None, [1, value, 1.0, -1, -1, 0, 0, 1], False)
+    with pytest.raises(ValueError, match=f"para_lstm: argument 'config' has entry 5 \\(picard_iters\\) = {value}"):
+        torch.ops.paraseq.para_lstm(u, a, a[:2], None, [1, 3, 1.0, -1, -1, value, 0, 1], False)
 
 
 def test_other_settings_are_checked():
@@ -412,12 +419,87 @@ def test_other_settings_are_checked():
             NewtonConfig(**kwargs)
 
 
+def test_the_config_reaches_the_operators_as_one_list_in_the_documented_layout():
+    """Layout version 1 of src/adapters/torch/newton_ops.hpp, written out here: [version, max_iters,
+    omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend], None as -1."""
+    config = NewtonConfig(max_iters=7, omega=0.5, residual_atol=1e-6, residual_fail=1e-2, picard_iters=2,
+                          picard_adapt=True, scan_backend="sequential")
+    assert config._operator_config(eager=True) == [1, 7, 0.5, 1e-6, 1e-2, 2, 1, 3]
+    # Compiled: the settings that read the residual on the host are dropped.
+    assert config._operator_config(eager=False) == [1, 7, 0.5, -1, -1, 2, 0, 3]
+    # Without picard_adapt the threshold is newton_apply's check, not the solver's.
+    assert NewtonConfig(scan_backend="scan")._operator_config(eager=True) == [1, 3, 1.0, -1, -1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("config, message", [
+    ([1, 3, 1.0, -1, -1, 0, 0], r"7 entries, expected 8 \(paraseq.NewtonConfig layout version 1"),
+    ([2, 3, 1.0, -1, -1, 0, 0, 0], r"layout version 2, expected 1"),
+    ([1, 2.5, 1.0, -1, -1, 0, 0, 0], r"entry 1 \(max_iters\) = 2.5, expected an integer"),
+    ([1, 3, 0.0, -1, -1, 0, 0, 0], r"entry 2 \(omega\) = 0, expected 0 < omega <= 1"),
+    ([1, 3, 1.0, -0.5, -1, 0, 0, 0], r"entry 3 \(residual_atol\) = -0.5, expected -1 \(None\) or a number >= 0"),
+    ([1, 3, 1.0, -1, float("nan"), 0, 0, 0], r"entry 4 \(residual_fail\) = nan, expected -1 \(None\)"),
+    ([1, 3, 1.0, -1, -1, 0, 2, 0], r"entry 6 \(picard_adapt\) = 2, expected 0 \(False\) or 1 \(True\)"),
+    ([1, 3, 1.0, -1, -1, 0, 0, 4], r'entry 7 \(scan_backend\) = 4, expected 0 \("auto"\), 1 \("newton"\)'),
+])
+def test_a_malformed_packed_config_is_refused_naming_the_field(device, config, message):
+    u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
+    with pytest.raises(ValueError, match="para_gru: argument 'config' has " + message):
+        torch.ops.paraseq.para_gru(u, a, None, config, False)
+    with pytest.raises(ValueError, match="para_lstm: argument 'config' has " + message):
+        torch.ops.paraseq.para_lstm(u, a, a[:2], None, config, False)
+
+
+def test_every_packed_setting_changes_the_solve(device):
+    """Each field of the list reaches the C++ solver: against the float64 loop, one iteration of
+    plain Newton is inexact, the sequential mode (scan_backend 3) is exact, damping (omega) and
+    Picard sweeps move the one-iteration result, and residual_atol stops a long solve early."""
+    cell = ParaGRU(4, 6).to(device, torch.float64)
+    x = 3 * small_inputs(cell)
+    u = x @ cell.in_proj.weight.T + cell.in_proj.bias
+    exact = gru_loop(cell, x)
+    solve = lambda config: torch.ops.paraseq.para_gru(u, cell.recurrent, None, config, True)
+    one, one_residual = solve([1, 1, 1.0, -1, -1, 0, 0, 1])
+    assert (one - exact).abs().max() > 1e-6 and one_residual.max() > 1e-6
+    assert (solve([1, 1, 1.0, -1, -1, 0, 0, 3])[0] - exact).abs().max() <= 1e-12
+    assert not torch.equal(solve([1, 1, 0.5, -1, -1, 0, 0, 1])[0], one)
+    assert not torch.equal(solve([1, 1, 1.0, -1, -1, 2, 0, 1])[0], one)
+    many = solve([1, 40, 1.0, -1, -1, 0, 0, 1])[0]
+    early = solve([1, 40, 1.0, 1e-4, -1, 0, 0, 1])[0]
+    assert (many - exact).abs().max() <= 1e-12 and not torch.equal(early, many)
+
+
+def test_the_operator_reports_a_divergence_as_data_or_raises_without_the_residual(device):
+    cell, x = stiff_gru(device)
+    u = (x @ cell.in_proj.weight.T + cell.in_proj.bias).detach()
+    config = [1, 3, 1.0, -1, 1e-3, 0, 0, 1]  # residual_fail 1e-3 in the solver
+    h, residual = torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, True)
+    assert residual.shape == (4,) and residual.max() > 1e-3
+    with pytest.raises(RuntimeError, match=r"para_gru: .*did not converge.*\(NewtonDivergenceError\)"):
+        torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, False)
+
+
+@pytest.mark.parametrize("picard_adapt", [False, True])
+def test_a_divergence_raises_paraseqs_own_type_with_its_attributes(device, picard_adapt):
+    """Also after picard_adapt's retries (the C++ solver's own check): raised by type, with the
+    residual of the failed result. A NaN in batch element 1 defeats every retry; element 0 converges."""
+    cell = ParaGRU(4, 8).to(device)
+    x = torch.randn(2, 16, 4, device=device)
+    x[1, 5, 0] = float("nan")
+    config = NewtonConfig(max_iters=4, scan_backend="newton", picard_adapt=picard_adapt)
+    with pytest.raises(NewtonDivergenceError) as raised:
+        newton_apply(cell, x, config)
+    error = raised.value
+    assert type(error) is NewtonDivergenceError and isinstance(error, RuntimeError)
+    assert error.residual_fail == 1e-3 and error.iterations == 4
+    assert error.residual.shape == (2,) and error.residual.dtype == torch.float64
+    assert error.residual[0] <= 1e-5 and not error.residual[1].isfinite()
+
+
 def test_sizes_of_2_31_are_refused_before_any_copy(device):
     u = torch.zeros(1, 1, 3, device=device).expand(1, 2 ** 31, 3)  # no memory behind the steps
     with pytest.raises(ValueError, match=r"argument 'u' has shape \[1, 2147483648, 3\], expected every dimension "
                                          r"at most 2147483647") as raised:
-        torch.ops.paraseq.para_gru(u, torch.zeros(3, 1, device=device), None, 3, 1.0, None, None, 0, False, "auto",
-                                   False)
+        torch.ops.paraseq.para_gru(u, torch.zeros(3, 1, device=device), None, op_config(), False)
     assert "-2147483648" not in str(raised.value)
 
 
@@ -436,7 +518,7 @@ def test_opcheck_on_strided_inputs(device, layout):
     The backward operators get inputs without grad: they are not differentiable."""
     rand = lambda *shape, grad=False: strided((torch.rand(*shape, device=device) - 0.5).requires_grad_(grad), layout)
     u, a, p, h0, s0 = rand(2, 7, 9), rand(3, 3), rand(2, 3), rand(2, 3), rand(2, 6)
-    settings = (3, 1.0, None, None, 0, False, "auto", True)
+    settings = (op_config(), True)
     torch.library.opcheck(torch.ops.paraseq.para_gru, (rand(2, 7, 9, grad=True), rand(3, 3, grad=True), h0, *settings))
     torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, rand(3, 3, grad=True), rand(2, 3, grad=True), s0, *settings))
     h = torch.ops.paraseq.para_gru(u, a, h0, *settings)[0]

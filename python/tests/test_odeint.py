@@ -140,6 +140,106 @@ def test_adaptive_gradient_matches_the_closed_form_sensitivity(device):
     assert (grad - expected).abs().max() <= 1e-8
 
 
+# ---- bosh3 and tsit5: the built-in fields on the general path ---------------------------------------
+
+@pytest.mark.parametrize("method,step_size,rtol,tolerance", [
+    ("bosh3", None, 1e-8, 1e-6), ("tsit5", None, 1e-9, 1e-7), ("bosh3", 0.01, None, 1e-5), ("tsit5", 0.05, None, 1e-7)])
+def test_bosh3_and_tsit5_match_the_closed_form(device, method, step_size, rtol, tolerance):
+    """Per-trajectory k and c (they ride in the state on the general path), observation times
+    inside the steps (dense output)."""
+    k = torch.tensor([1.0, 4.0, 2.5], dtype=DOUBLE, device=device)
+    c = torch.tensor([0.0, 0.3, 1.0], dtype=DOUBLE, device=device)
+    y0 = torch.randn(3, 2, dtype=DOUBLE, device=device)
+    t = torch.tensor([0.0, 0.37, 1.0, 2.0], dtype=DOUBLE, device=device)
+    y = odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step_size, rtol=rtol or 1e-6,
+               atol=(rtol or 1e-6) * 1e-2)
+    assert y.shape == (4, 3, 2) and torch.equal(y[0], y0)
+    assert (y - oscillator_closed_form(k, c, y0, t)).abs().max() <= tolerance
+    one = odeint(fields.DampedOscillator(k[1], c[1]), y0[1], t, method=method, step_size=step_size,
+                 rtol=rtol or 1e-6, atol=(rtol or 1e-6) * 1e-2)
+    assert one.shape == (4, 2) and (one - oscillator_closed_form(k[1:2], c[1:2], y0[1:2], t)[:, 0]).abs().max() <= tolerance
+
+
+@pytest.mark.parametrize("method,order", [("bosh3", 3), ("tsit5", 5)])
+def test_bosh3_and_tsit5_converge_with_their_order(device, method, order):
+    """Halving a fixed step divides the global error by about 2^order: the tableaus are right."""
+    k, c = torch.tensor([3.0], dtype=DOUBLE, device=device), torch.tensor([0.2], dtype=DOUBLE, device=device)
+    y0 = torch.tensor([[1.0, 0.0]], dtype=DOUBLE, device=device)
+    t = torch.tensor([0.0, 2.0], dtype=DOUBLE, device=device)
+    exact = oscillator_closed_form(k, c, y0, t)[-1]
+    errors = [(odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step)[-1] - exact).abs().max()
+              for step in (0.1, 0.05)]
+    assert 0.75 * 2 ** order <= errors[0] / errors[1] <= 1.3 * 2 ** order
+
+
+@pytest.mark.parametrize("method", ["bosh3", "tsit5"])
+def test_bosh3_and_tsit5_on_linear_sir_and_mlp_fields(device, method):
+    n, N = 3, 4
+    A = torch.randn(n, n, dtype=DOUBLE, device=device) * 0.5
+    y0 = torch.randn(N, n, dtype=DOUBLE, device=device)
+    t = torch.tensor([0.0, 0.5, 1.5], dtype=DOUBLE, device=device)
+    y = odeint(fields.Linear(A), y0, t, method=method, rtol=1e-10, atol=1e-12)
+    assert (y - torch.stack([y0 @ torch.linalg.matrix_exp(A * s).T for s in t.tolist()])).abs().max() <= 1e-7
+    A_each = torch.randn(N, n, n, dtype=DOUBLE, device=device) * 0.5
+    b = torch.randn(N, n, dtype=DOUBLE, device=device)
+    y = odeint(fields.Linear(A_each, b), y0, t, method=method, rtol=1e-10, atol=1e-12)
+    identity = torch.eye(n, dtype=DOUBLE, device=device)
+    for j, s in enumerate(t.tolist()):
+        E = torch.linalg.matrix_exp(A_each * s)
+        particular = torch.linalg.solve(A_each, torch.einsum("nij,nj->ni", E - identity, b))
+        assert (y[j] - (torch.einsum("nij,nj->ni", E, y0) + particular)).abs().max() <= 1e-7
+    beta, i0 = torch.tensor([0.8, 1.5], dtype=DOUBLE, device=device), 0.01
+    s0 = torch.tensor([[1 - i0, i0, 0.0]] * 2, dtype=DOUBLE, device=device)
+    times = torch.linspace(0, 5, 6, dtype=DOUBLE, device=device)
+    y = odeint(fields.SIR(beta, 0.0), s0, times, method=method, rtol=1e-10, atol=1e-12)
+    growth = torch.exp(beta[None, :] * times[:, None])
+    assert (y[..., 1] - i0 * growth / (1 - i0 + i0 * growth)).abs().max() <= 1e-7
+    W1, b1, W2, b2 = (w.detach() for w in mlp_field(device))
+    f = lambda y: torch.tanh(y @ W1.T + b1) @ W2.T + b2
+    y = odeint(fields.MLP(W1, b1, W2, b2), y0, t, method=method, rtol=1e-10, atol=1e-12)
+    assert (y - rk4_loop(f, y0, t, 0.005)).abs().max() <= 1e-8
+
+
+@pytest.mark.parametrize("method", ["bosh3", "tsit5"])
+def test_the_step_control_measures_the_state_not_the_parameters_riding_with_it(device, method):
+    """A built-in field's parameters ride in the state on the general path; the steps are those of
+    the same field written as a function of y only (whose state is just y)."""
+    y0 = torch.tensor([[1.0, 0.0], [0.5, 0.2]], dtype=DOUBLE, device=device)
+    t = torch.linspace(0, 3, 4, dtype=DOUBLE, device=device)
+    built_in = odeint(fields.DampedOscillator(2.0, 0.3), y0, t, method=method, rtol=1e-5, atol=1e-7)
+    closure = odeint(lambda t, y: torch.stack([y[:, 1], -2.0 * y[:, 0] - 0.3 * y[:, 1]], -1), y0, t, method=method,
+                     rtol=1e-5, atol=1e-7, compile=False)
+    torch.testing.assert_close(built_in, closure, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("method,step_size", [("bosh3", None), ("tsit5", None), ("bosh3", 0.1), ("tsit5", 0.2)])
+def test_gradcheck_bosh3_and_tsit5(device, method, step_size):
+    """Gradients to y0, per-trajectory parameters (k, c) and a shared tensor (Linear's A)."""
+    k = torch.tensor([1.5, 2.0], dtype=DOUBLE, device=device, requires_grad=True)
+    c = torch.tensor([0.1, 0.4], dtype=DOUBLE, device=device, requires_grad=True)
+    y0 = torch.randn(2, 2, dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.25, 0.6], dtype=DOUBLE, device=device)
+    oscillator = lambda y0, k, c: odeint(fields.DampedOscillator(k, c), y0, t, method=method, step_size=step_size,
+                                         rtol=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(oscillator, (y0, k, c))
+    A = (torch.randn(2, 2, dtype=DOUBLE, device=device) * 0.5).requires_grad_()
+    linear = lambda y0, A: odeint(fields.Linear(A), y0, t, method=method, step_size=step_size, rtol=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(linear, (y0, A))
+
+
+@pytest.mark.parametrize("method", ["bosh3", "tsit5"])
+def test_bosh3_and_tsit5_compile_without_graph_breaks(device, method):
+    k = torch.tensor([2.0, 1.0], dtype=DOUBLE, device=device, requires_grad=True)
+    y0 = torch.tensor([[1.0, 0.0], [0.5, 0.2]], dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.linspace(0, 3, 4, dtype=DOUBLE, device=device)
+    solve = lambda y0, k: odeint(fields.DampedOscillator(k, 0.3), y0, t, method=method, rtol=1e-6, atol=1e-8)
+    assert graph_break_count(solve, y0, k) == 0
+    eager, compiled = solve(y0, k), torch.compile(solve, fullgraph=True)(y0, k)
+    assert torch.equal(compiled, eager)
+    for a, b in zip(torch.autograd.grad(compiled.sum(), (y0, k)), torch.autograd.grad(eager.sum(), (y0, k))):
+        assert torch.equal(a, b)
+
+
 def test_opcheck(device):
     y0 = torch.randn(3, 2, device=device, requires_grad=True)
     params = torch.rand(3, 2, device=device, requires_grad=True)

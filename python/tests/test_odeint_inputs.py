@@ -196,11 +196,10 @@ def test_default_tolerances_are_torchdiffeqs():
     assert (parameters["rtol"].default, parameters["atol"].default) == (1e-7, 1e-9)
 
 
-@pytest.mark.parametrize("method", ["bosh3", "tsit5"])
-def test_methods_the_operator_lacks_are_refused_naming_the_supported_ones(device, method):
-    with pytest.raises(ValueError, match=f"argument 'method' is '{method}', expected one of 'euler', 'heun', 'rk4', "
-                                         "'dopri5'"):
-        odeint(fields.DampedOscillator(1.0, 0.1), oscillator(device), [0.0, 1.0], method)
+def test_an_unknown_method_is_refused_naming_the_supported_ones(device):
+    with pytest.raises(ValueError, match="argument 'method' is 'rk45', expected one of 'euler', 'heun', 'rk4', "
+                                         "'bosh3', 'dopri5', 'tsit5'"):
+        odeint(fields.DampedOscillator(1.0, 0.1), oscillator(device), [0.0, 1.0], "rk45")
 
 
 # ---- second derivatives -------------------------------------------------------------------------

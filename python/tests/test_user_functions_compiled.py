@@ -1,8 +1,8 @@
 """odeint's compiled path (generated C++ operators) against the general path, float64 RK4 loops
 written here and gradcheck; torch.compile; opcheck; the fallbacks; the on-disk cache.
 
-Two extensions are compiled per test session (the Van der Pol module with dopri5 and the closure
-MLP with rk4), in the session's cache directory (conftest.py)."""
+Three extensions are compiled per test session (the Van der Pol module with dopri5 and with tsit5,
+and the closure MLP with rk4), in the session's cache directory (conftest.py)."""
 
 import os
 import subprocess
@@ -57,6 +57,20 @@ def test_van_der_pol_module_equals_the_general_path_and_a_fine_rk4_loop(van_der_
                        torch.autograd.grad((expected * weight).sum(), (y0, model.mu))):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
         torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-7)
+
+
+def test_tsit5_compiled_equals_the_general_path(van_der_pol):
+    """The C++ Tsit5 (src/loops/tableaus.hpp) and the general path's tableau take the same steps."""
+    model, y0 = van_der_pol
+    t = torch.tensor(TIMES, dtype=DOUBLE)
+    compiled = odeint(model, y0, t, method="tsit5", compile=True, **TOLERANCES)
+    general = odeint(model, y0, t, method="tsit5", compile=False, **TOLERANCES)
+    torch.testing.assert_close(compiled, general, rtol=0, atol=1e-12)
+    torch.testing.assert_close(compiled, rk4_loop(model, y0, TIMES, 400), rtol=0, atol=1e-8)
+    weight = torch.randn_like(compiled)
+    for a, b in zip(torch.autograd.grad((compiled * weight).sum(), (y0, model.mu)),
+                    torch.autograd.grad((general * weight).sum(), (y0, model.mu))):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
 
 
 def test_van_der_pol_gradcheck_and_a_finite_difference_of_mu(van_der_pol):

@@ -102,6 +102,19 @@ concept HasMaxParameterCount = requires { Field::max_parameter_count; };
 template <class Field>
 concept HasValidate = requires(const Field& field, const std::string& fn) { field.validate(fn); };
 
+// The pieces every field needs (the top of this file), each checked on its own so that a field
+// that misses one gets one message saying what to write.
+template <class Field>
+concept HasStateSize = requires {
+  { Field::state_size } -> std::convertible_to<int>;
+};
+template <class Field>
+concept HasRuntimeSize = requires(const Field& field) {
+  { field.size() } -> std::convertible_to<int>;
+};
+template <class Field, class S, class P>
+concept FieldCallable = requires(const Field& field, S t, const S* y, const P& p, S* dy) { field(t, y, p, dy); };
+
 template <class Field>
 KOKKOS_INLINE_FUNCTION int field_size(const Field& field) {
   if constexpr (Field::state_size == runtime_size) return field.size();
@@ -166,6 +179,40 @@ struct DualParameters {
   }
   KOKKOS_INLINE_FUNCTION auto shared(int k) const { return values.shared(k); }
 };
+
+// What solve() asks of a field whose state holds T (the loops call f with S = T and p as
+// ParametersFor<Field, T>).
+template <class Field, class T>
+constexpr void check_field_type() {
+  static_assert(std::is_copy_constructible_v<Field>, "paraseq::ode: the field must be a copyable functor");
+  static_assert(HasStateSize<Field>,
+                "paraseq::ode field: declare `static constexpr int state_size = n;` (1 <= n <= 64), or "
+                "`static constexpr int state_size = paraseq::ode::runtime_size;` with `KOKKOS_FUNCTION int size() "
+                "const` returning n");
+  if constexpr (HasStateSize<Field>) {
+    static_assert(Field::state_size == runtime_size || (Field::state_size >= 1 && Field::state_size <= max_state_size),
+                  "paraseq::ode field: state_size must be runtime_size or within 1..max_state_size (64)");
+    static_assert(Field::state_size != runtime_size || HasRuntimeSize<Field>,
+                  "paraseq::ode field: state_size = runtime_size needs `KOKKOS_FUNCTION int size() const` returning "
+                  "n (1 <= n <= 64) at run time");
+  }
+  static_assert(FieldCallable<Field, T, ParametersFor<Field, T>>,
+                "paraseq::ode field: provide `template <class S, class P> KOKKOS_FUNCTION void operator()(S t, "
+                "const S* y, const P& p, S* dy) const` computing dy = f(t, y, p) (p.own(k) and p.shared(k) read the "
+                "parameters); it is called with S = the value type of y0 and P = a parameter accessor of paraseq's");
+}
+
+// What solve_with_gradient asks beyond solve(): a field without vjp() is evaluated on dual numbers.
+template <class Field, class T>
+constexpr void check_field_gradient() {
+  using S = Dual<T, 1>;
+  static_assert(FieldWithVjp<Field, T> || FieldCallable<Field, S, DualParameters<S, 0, ParametersFor<Field, T>>>,
+                "paraseq::ode field: a field without vjp() is differentiated with dual numbers, so its operator() "
+                "must be a template over S and P: `template <class S, class P> KOKKOS_FUNCTION void operator()(S t, "
+                "const S* y, const P& p, S* dy) const` with math called unqualified (`using Kokkos::tanh; "
+                "tanh(x)`); or give the field `template <class T, class P, class G> KOKKOS_FUNCTION void vjp(T t, "
+                "const T* y, const P& p, const T* dy_bar, T* y_bar, const G& p_bar) const`");
+}
 
 // The vjp of a field without one, by forward mode: one evaluation on duals seeded along y's n
 // directions and, when differentiated, the P_max parameter directions after them.

@@ -657,10 +657,8 @@ constexpr void check_types() {
   static_assert(!std::is_same_v<Steps, AdaptiveSteps> || is_adaptive_method_v<Method>,
                 "paraseq::ode: adaptive steps need a method with an embedded error estimate (Heun, BogackiShampine3, "
                 "DormandPrince5, Tsit5); Euler and RK4 take FixedSteps");
-  static_assert(std::is_copy_constructible_v<Field>, "paraseq::ode: the field must be a copyable functor");
-  static_assert(Field::state_size == runtime_size || (Field::state_size >= 1 && Field::state_size <= max_state_size),
-                "paraseq::ode: Field::state_size must be runtime_size or within 1..max_state_size (64)");
   static_assert(std::is_floating_point_v<T>, "paraseq::ode: y0 must hold float or double");
+  check_field_type<Field, T>();
   static_assert(view_fits<Space, T, 2, false, Y0>() && is_given_v<Y0>,
                 "paraseq::ode: y0 must be a rank-2 View [N, n] accessible from the execution space");
   static_assert(view_fits<Space, T, 2, false, Params>(),
@@ -730,6 +728,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   using Mem = typename Space::memory_space;
   constexpr bool adaptive = std::is_same_v<Steps, AdaptiveSteps>;
   check_types<Method, Space, Field, Y0, Params, Shared, Steps>();
+  check_field_gradient<Field, T>();
   static_assert(view_fits<Space, T, 2, true, Final>() && view_fits<Space, T, 3, true, Observed>(),
                 "paraseq::ode::solve_with_gradient: outputs must be writable Views [N, n] and [N, n_obs, n] of y0's value type");
   static_assert(view_fits<Space, T, 2, false, FinalBar>() && view_fits<Space, T, 3, false, ObservedBar>(),

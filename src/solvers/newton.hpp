@@ -39,7 +39,8 @@
 //
 // Non-finite inputs: a NaN or Inf in u at step t makes h of that batch element non-finite from t
 // on (other batch elements are unaffected) and its residual infinite; with residual_fail set the
-// solve throws NewtonDivergenceError instead.
+// solve throws NewtonDivergenceError instead. It is thrown once the solve is done: h holds the result
+// that failed the check and stats, when given, are filled, so a caller can catch it and read them.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
@@ -149,11 +150,12 @@ inline void check_newton_config(const NewtonConfig& config) {
 // The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
 // buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn); an initial
 // guess that is not given is first written into the buffer the first pass reads, so every pass
-// reads a View and a solve has one pass type whatever the guess. Returns the iterations run.
+// reads a View and a solve has one pass type whatever the guess. Returns the iterations run;
+// checked_residual is the max |F| of the last host check (with check_on_host).
 template <class Acc, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
 int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, const IterateView& h, const H0View& h0,
                    const NewtonConfig& config, const ScanShape& shape, bool check_on_host, const ResidualOf& residual_of,
-                   int& picard_sweeps) {
+                   int& picard_sweeps, double& checked_residual) {
   using structure = typename Cell::structure;
   using iterate_t = Iterate<IterateView, H0View>;
   using buffer_layout = std::conditional_t<std::is_same_v<typename IterateView::array_layout, Kokkos::LayoutStride>,
@@ -221,8 +223,7 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
       if (guess == InitialGuess::given) guess = InitialGuess::cell_at_zero;
       continue;
     }
-    if (config.residual_fail && !(r <= *config.residual_fail))
-      throw NewtonDivergenceError(r, iterations, *config.residual_fail);
+    checked_residual = r;
     break;
   }
   if (in_work) Kokkos::deep_copy(space, h, work);
@@ -261,6 +262,7 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   const Iterate<iterate_view, H0View> result{out, h0, d};
 
   int iterations = 0, picard_sweeps = 0;
+  double checked_residual = 0; // max |F| of the result, read on the host when residual_fail is set
   if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
     if (mode == NewtonMode::sequential)
       Kokkos::parallel_for("paraseq::newton_sequential", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * shape.groups),
@@ -270,15 +272,12 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
       iterations = config.max_iters;
     }
     if (residual.data()) residual_of(result);
-    if (config.residual_fail) {
-      const double r = read_residual_on_host(space, residual);
-      if (!(r <= *config.residual_fail)) throw NewtonDivergenceError(r, iterations, *config.residual_fail);
-    }
+    if (config.residual_fail) checked_residual = read_residual_on_host(space, residual);
   } else {
     iterations = solve_by_scans<Acc>(
         space, cell, u, out, h0, config, shape, check_on_host,
         [&](const Iterate<iterate_view, H0View>& iterate) { return read_residual_on_host(space, residual_of(iterate)); },
-        picard_sweeps);
+        picard_sweeps, checked_residual);
     if (stats) residual_of(result);
   }
   if (stats) {
@@ -288,6 +287,9 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
     stats->residual = residual;
     stats->converged = converged;
   }
+  // Thrown last, so that h and stats describe the result that failed the check.
+  if (config.residual_fail && !(checked_residual <= *config.residual_fail))
+    throw NewtonDivergenceError(checked_residual, iterations, *config.residual_fail);
 }
 
 // The Newton iteration's recurrence in the compiled instances (cmake/paraseqInstances.cmake).

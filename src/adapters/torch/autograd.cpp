@@ -165,8 +165,8 @@ at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const 
 }
 
 // ---- ParaGRU / ParaLSTM Newton solves ------------------------------------------------------------
-// The solver settings after the tensors are passed through; the residual output is a diagnostic
-// (max |F| per batch element), not differentiable.
+// The packed solver config and with_residual are passed through; the residual output is a
+// diagnostic (max |F| per batch element), not differentiable.
 
 const auto& para_gru_backward_op() { return operator_handle<para_gru_backward>("paraseq::para_gru_backward"); }
 const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>("paraseq::para_lstm_backward"); }
@@ -212,13 +212,8 @@ para_lstm_backward_autograd(const at::Tensor& u, const at::Tensor& a, const at::
 
 struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a,
-                               const std::optional<at::Tensor>& h0, int64_t max_iters, double omega,
-                               std::optional<double> residual_atol, std::optional<double> residual_fail,
-                               int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
-                               bool with_residual) {
-    const auto [h, residual] = call_below_autograd(para_gru_op(), u, a, h0, max_iters, omega, residual_atol,
-                                                   residual_fail, picard_iters, picard_adapt, scan_backend,
-                                                   with_residual);
+                               const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config, bool with_residual) {
+    const auto [h, residual] = call_below_autograd(para_gru_op(), u, a, h0, config, with_residual);
     ctx->saved_data["has_h0"] = h0.has_value();
     ctx->save_for_backward({u, a, h0.value_or(at::Tensor()), h});
     ctx->mark_non_differentiable({residual});
@@ -229,31 +224,21 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
     const auto saved = ctx->get_saved_variables();
     const bool has_h0 = ctx->saved_data["has_h0"].toBool();
     auto [du, da, dh0] = para_gru_backward_op().call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
-    variable_list result(11);
-    result[0] = du, result[1] = da, result[2] = has_h0 ? dh0 : at::Tensor();
-    return result;
+    return {du, da, has_h0 ? dh0 : at::Tensor(), {}, {}};
   }
 };
 
 std::tuple<at::Tensor, at::Tensor> para_gru_autograd(const at::Tensor& u, const at::Tensor& a,
-                                                     const std::optional<at::Tensor>& h0, int64_t max_iters,
-                                                     double omega, std::optional<double> residual_atol,
-                                                     std::optional<double> residual_fail, int64_t picard_iters,
-                                                     bool picard_adapt, const std::string& scan_backend,
+                                                     const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
                                                      bool with_residual) {
-  return run_with_autograd<ParaGruFunction>(para_gru_op(), u, a, h0, max_iters, omega, residual_atol, residual_fail,
-                                            picard_iters, picard_adapt, scan_backend, with_residual);
+  return run_with_autograd<ParaGruFunction>(para_gru_op(), u, a, h0, config, with_residual);
 }
 
 struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                               const std::optional<at::Tensor>& state0, int64_t max_iters, double omega,
-                               std::optional<double> residual_atol, std::optional<double> residual_fail,
-                               int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                               const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
                                bool with_residual) {
-    const auto [state, residual] = call_below_autograd(para_lstm_op(), u, a, p, state0, max_iters, omega,
-                                                       residual_atol, residual_fail, picard_iters, picard_adapt,
-                                                       scan_backend, with_residual);
+    const auto [state, residual] = call_below_autograd(para_lstm_op(), u, a, p, state0, config, with_residual);
     ctx->saved_data["has_state0"] = state0.has_value();
     ctx->save_for_backward({u, a, p, state0.value_or(at::Tensor()), state});
     ctx->mark_non_differentiable({residual});
@@ -265,20 +250,14 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
     const bool has_state0 = ctx->saved_data["has_state0"].toBool();
     auto [du, da, dp, dstate0] = para_lstm_backward_op().call(saved[0], saved[1], saved[2], optional_if(has_state0, saved[3]),
                                                               saved[4], grads[0].contiguous());
-    variable_list result(12);
-    result[0] = du, result[1] = da, result[2] = dp, result[3] = has_state0 ? dstate0 : at::Tensor();
-    return result;
+    return {du, da, dp, has_state0 ? dstate0 : at::Tensor(), {}, {}};
   }
 };
 
 std::tuple<at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                                      const std::optional<at::Tensor>& state0, int64_t max_iters,
-                                                      double omega, std::optional<double> residual_atol,
-                                                      std::optional<double> residual_fail, int64_t picard_iters,
-                                                      bool picard_adapt, const std::string& scan_backend,
-                                                      bool with_residual) {
-  return run_with_autograd<ParaLstmFunction>(para_lstm_op(), u, a, p, state0, max_iters, omega, residual_atol,
-                                             residual_fail, picard_iters, picard_adapt, scan_backend, with_residual);
+                                                      const std::optional<at::Tensor>& state0,
+                                                      c10::ArrayRef<double> config, bool with_residual) {
+  return run_with_autograd<ParaLstmFunction>(para_lstm_op(), u, a, p, state0, config, with_residual);
 }
 
 // ---- odeint -------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // and, when Kokkos has CUDA, for CUDA: each runs on the space of its tensors' device.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
 
 #include <cstdint>
 #include <optional>
@@ -15,17 +16,14 @@ namespace paraseq::torch_bridge {
 at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
                        const std::string& structure, bool reverse);
 
+// config: the packed NewtonConfig of the schema (newton_ops.hpp, newton_config_from_list).
 std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
-                                            int64_t max_iters, double omega, std::optional<double> residual_atol,
-                                            std::optional<double> residual_fail, int64_t picard_iters, bool picard_adapt,
-                                            const std::string& scan_backend, bool with_residual);
+                                            c10::ArrayRef<double> config, bool with_residual);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tensor& u, const at::Tensor& a,
                                                                  const std::optional<at::Tensor>& h0, const at::Tensor& h,
                                                                  const at::Tensor& grad_h);
 std::tuple<at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                             const std::optional<at::Tensor>& state0, int64_t max_iters, double omega,
-                                             std::optional<double> residual_atol, std::optional<double> residual_fail,
-                                             int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                                             const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
                                              bool with_residual);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p, const std::optional<at::Tensor>& state0,

@@ -10,16 +10,15 @@ TORCH_LIBRARY(paraseq, m) {
   // (A [B,T,N]), "block" (A [B,T,N/k,k,k], k = 2, 3 or 4) or "dense" (A [B,T,N,N], N <= 32).
   m.def("linear_scan(Tensor A, Tensor b, Tensor? h0, str structure, bool reverse) -> Tensor");
   // Newton solves of ParaGRU (state [B,T,H]) and ParaLSTM (state [B,T,2H], channels (c, h) interleaved)
-  // from pre-projected inputs u [B,T,3H]. residual: max |F| per batch element ([B], float64) when
-  // with_residual, else empty. scan_backend: "auto", "newton", "fused" or "sequential" ("scan" is
-  // the former name of "newton"); max_iters and picard_iters: 0 .. 2^31 - 1.
-  m.def("para_gru(Tensor u, Tensor a, Tensor? h0, int max_iters, float omega, float? residual_atol, "
-        "float? residual_fail, int picard_iters, bool picard_adapt, str scan_backend, bool with_residual) "
-        "-> (Tensor h, Tensor residual)");
+  // from pre-projected inputs u [B,T,3H]. config: the solver settings packed in one list,
+  // paraseq.NewtonConfig's layout (newton_ops.hpp, newton_config_from_list). residual: max |F| per
+  // batch element ([B], float64) when with_residual, else empty. A solve that fails the config's
+  // residual_fail check raises when with_residual is False; with with_residual it returns, and
+  // the caller checks the residual (paraseq.newton_apply raises paraseq.NewtonDivergenceError).
+  m.def("para_gru(Tensor u, Tensor a, Tensor? h0, float[] config, bool with_residual) -> (Tensor h, Tensor residual)");
   m.def("para_gru_backward(Tensor u, Tensor a, Tensor? h0, Tensor h, Tensor grad_h) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_h0)");
-  m.def("para_lstm(Tensor u, Tensor a, Tensor p, Tensor? state0, int max_iters, float omega, float? residual_atol, "
-        "float? residual_fail, int picard_iters, bool picard_adapt, str scan_backend, bool with_residual) "
+  m.def("para_lstm(Tensor u, Tensor a, Tensor p, Tensor? state0, float[] config, bool with_residual) "
         "-> (Tensor state, Tensor residual)");
   m.def("para_lstm_backward(Tensor u, Tensor a, Tensor p, Tensor? state0, Tensor state, Tensor grad_state) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_p, Tensor grad_state0)");

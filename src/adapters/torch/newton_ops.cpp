@@ -4,52 +4,79 @@
 
 #include <ATen/ops/empty.h>
 
+#include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 namespace paraseq::torch_bridge {
 namespace {
 
-// An integer setting as the int the solver holds: refused, not truncated, when it does not fit.
-int int_setting(const char* op, const char* name, int64_t value) {
-  TORCH_CHECK_VALUE(value >= 0 && value <= std::numeric_limits<int>::max(), op, ": argument '", name, "' is ", value,
-                    ", expected 0 <= ", name, " <= 2147483647 (2^31 - 1)");
-  return int(value);
+// The entries of the packed config by field name, in layout order (newton_ops.hpp).
+constexpr const char* newton_config_fields[newton_config_layout_size] = {
+    "version", "max_iters", "omega", "residual_atol", "residual_fail", "picard_iters", "picard_adapt", "scan_backend"};
+
+// An entry as given: whole numbers in full (2147483648, not 2.14748e+09), others as streams print them.
+std::string entry_text(double value) {
+  if (value == std::trunc(value) && std::abs(value) < 1e15) return std::to_string(int64_t(value));
+  return c10::str(value);
 }
 
-// A residual threshold: None, or a number >= 0 (NaN would refuse or accept everything).
-std::optional<double> threshold_setting(const char* op, const char* name, std::optional<double> value) {
-  TORCH_CHECK_VALUE(!value || *value >= 0, op, ": argument '", name, "' is ", *value, ", expected None or a number >= 0");
-  return value;
+// Reads the entries of one packed config, each error naming the entry and its field.
+struct PackedConfig {
+  const char* op;
+  c10::ArrayRef<double> entries;
+
+  [[noreturn]] void refuse(int index, const char* expected) const {
+    TORCH_CHECK_VALUE(false, op, ": argument 'config' has entry ", index, " (", newton_config_fields[index], ") = ",
+                      entry_text(entries[index]), ", expected ", expected, " (paraseq.NewtonConfig layout version ",
+                      newton_config_layout_version, ")");
+  }
+  // A whole number in [low, high] as an int: refused, not truncated.
+  int integer(int index, double low, double high, const char* expected) const {
+    const double value = entries[index];
+    if (!(value >= low && value <= high && value == double(int64_t(value)))) refuse(index, expected);
+    return int(value);
+  }
+  // A residual threshold: -1 for None, or a number >= 0 (NaN would refuse or accept everything).
+  std::optional<double> threshold(int index) const {
+    const double value = entries[index];
+    if (value == -1) return std::nullopt;
+    if (!(value >= 0)) refuse(index, "-1 (None) or a number >= 0");
+    return value;
+  }
+};
+
+} // namespace
+
+NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> config) {
+  TORCH_CHECK_VALUE(config.size() == newton_config_layout_size, op, ": argument 'config' has ", config.size(),
+                    " entries, expected ", newton_config_layout_size, " (paraseq.NewtonConfig layout version ",
+                    newton_config_layout_version, ": version, max_iters, omega, residual_atol, residual_fail, "
+                    "picard_iters, picard_adapt, scan_backend)");
+  const PackedConfig packed{op, config};
+  const double version = config[0];
+  TORCH_CHECK_VALUE(version == newton_config_layout_version, op, ": argument 'config' has layout version ",
+                    entry_text(version), ", expected ", newton_config_layout_version,
+                    " (a config packed by another version of the paraseq Python package than this operator library's)");
+  constexpr double int_max = std::numeric_limits<int>::max();
+  constexpr const char* count = "an integer with 0 <= value <= 2147483647 (2^31 - 1)";
+  NewtonConfig result;
+  result.max_iters = packed.integer(1, 0, int_max, count);
+  result.omega = config[2];
+  if (!(result.omega > 0 && result.omega <= 1)) packed.refuse(2, "0 < omega <= 1");
+  result.residual_atol = packed.threshold(3);
+  result.residual_fail = packed.threshold(4);
+  result.picard_iters = packed.integer(5, 0, int_max, count);
+  result.picard_adapt = packed.integer(6, 0, 1, "0 (False) or 1 (True)") == 1;
+  constexpr NewtonMode modes[] = {NewtonMode::automatic, NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential};
+  result.mode = modes[packed.integer(7, 0, 3, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\") or 3 (\"sequential\")")];
+  return result;
 }
 
-// The solve's mode by its name: the names of NewtonMode, "auto" for automatic (a C++ keyword) and
-// "scan", the former name of "newton", still accepted.
-NewtonMode newton_mode(const char* op, const std::string& scan_backend) {
-  if (scan_backend == "auto" || scan_backend == "automatic") return NewtonMode::automatic;
-  if (scan_backend == "newton" || scan_backend == "scan") return NewtonMode::newton;
-  if (scan_backend == "fused") return NewtonMode::fused;
-  TORCH_CHECK_VALUE(scan_backend == "sequential", op, ": argument 'scan_backend' is \"", scan_backend,
-                    "\", expected \"auto\", \"newton\", \"fused\" or \"sequential\" (\"scan\" is the former name of \"newton\")");
-  return NewtonMode::sequential;
-}
-
-NewtonConfig newton_config(const char* op, int64_t max_iters, double omega, std::optional<double> residual_atol,
-                           std::optional<double> residual_fail, int64_t picard_iters, bool picard_adapt,
-                           const std::string& scan_backend) {
-  NewtonConfig config;
-  config.max_iters = int_setting(op, "max_iters", max_iters);
-  TORCH_CHECK_VALUE(omega > 0 && omega <= 1, op, ": argument 'omega' is ", omega, ", expected 0 < omega <= 1");
-  config.omega = omega;
-  config.residual_atol = threshold_setting(op, "residual_atol", residual_atol);
-  config.residual_fail = threshold_setting(op, "residual_fail", residual_fail);
-  config.picard_iters = int_setting(op, "picard_iters", picard_iters);
-  config.picard_adapt = picard_adapt;
-  config.mode = newton_mode(op, scan_backend);
-  return config;
-}
+namespace {
 
 // The cells' shapes, checked here so that errors name the operator's arguments: u [B, T, 3H],
 // the parameters [rows, H] (a: 3 rows, p: 2), the state [B, T, S] (S = H for ParaGRU, 2H for
@@ -149,15 +176,12 @@ constexpr const char* lstm_backward_op = "paraseq::para_lstm_backward";
 } // namespace
 
 std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
-                                            int64_t max_iters, double omega, std::optional<double> residual_atol,
-                                            std::optional<double> residual_fail, int64_t picard_iters, bool picard_adapt,
-                                            const std::string& scan_backend, bool with_residual) {
+                                            c10::ArrayRef<double> config, bool with_residual) {
   const CellShapes shapes = checked_cell(gru_op, u, {"a"}, {a});
   if (h0) shapes.check_initial("h0", *h0);
+  const NewtonConfig solver_config = newton_config_from_list(gru_op, config);
   const auto params = prepared_params({a});
-  const NewtonConfig config =
-      newton_config(gru_op, max_iters, omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend);
-  return solve<MakeGru>(gru_op, u, params, h0, a.size(1), config, with_residual);
+  return solve<MakeGru>(gru_op, u, params, h0, a.size(1), solver_config, with_residual);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tensor& u, const at::Tensor& a,
@@ -173,16 +197,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tenso
 }
 
 std::tuple<at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                             const std::optional<at::Tensor>& state0, int64_t max_iters, double omega,
-                                             std::optional<double> residual_atol, std::optional<double> residual_fail,
-                                             int64_t picard_iters, bool picard_adapt, const std::string& scan_backend,
+                                             const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
                                              bool with_residual) {
   const CellShapes shapes = checked_cell(lstm_op, u, {"a", "p"}, {a, p});
   if (state0) shapes.check_initial("state0", *state0);
+  const NewtonConfig solver_config = newton_config_from_list(lstm_op, config);
   const auto params = prepared_params({a, p});
-  const NewtonConfig config =
-      newton_config(lstm_op, max_iters, omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend);
-  return solve<MakeLstm>(lstm_op, u, params, state0, 2 * a.size(1), config, with_residual);
+  return solve<MakeLstm>(lstm_op, u, params, state0, 2 * a.size(1), solver_config, with_residual);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>

@@ -25,8 +25,13 @@ void newton_forward(const char* op, const NewtonTensors& tensors, const NewtonCo
         if (tensors.h0.defined())
           newton_solve(space, cell, u_view, h_view, config, as_view<const T, 2, Space>(tensors.h0), stats_ptr);
         else newton_solve(space, cell, u_view, h_view, config, ZeroInitialState{}, stats_ptr);
-      } catch (const NewtonDivergenceError& error) { // the Python package raises paraseq.NewtonDivergenceError
-        TORCH_CHECK(false, "NewtonDivergenceError: ", error.what());
+      } catch (const NewtonDivergenceError& error) {
+        // With the residual asked for, the failed result and its residual are returned (the solver
+        // fills both before it throws) and the caller checks them: paraseq.newton_apply raises
+        // paraseq.NewtonDivergenceError, with the residual, from them. No Python exception type of
+        // a package can cross torch.ops from a library without Python, and parsing the message of
+        // a RuntimeError would break with its wording.
+        TORCH_CHECK(with_residual, op, ": ", error.what(), " (NewtonDivergenceError)");
       }
     });
     if (with_residual) Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _user_cell
+from . import _packed, _user_cell
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -202,9 +202,12 @@ class ParaGRU(nn.Module):
         _init_uniform(self.recurrent, hidden_size)
         self.config = config if config is not None else NewtonConfig()
 
-    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply."""
-        return newton_apply(self, x, self.config, h0=h0)
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, *,
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None) -> torch.Tensor:
+        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply.
+        With cu_seqlens, x [1, T, input_size] holds packed sequences and h0 is [S, H] (newton_apply's
+        cu_seqlens and max_seqlen)."""
+        return newton_apply(self, x, self.config, h0=h0, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
 
     def step(self, h_prev: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """One step, for decoding: h_t [B, H] from h_prev = h_{t-1} [B, H] (zero when None) and
@@ -267,10 +270,13 @@ class ParaLSTM(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-                return_cell_state: bool = False):
+                return_cell_state: bool = False, *, cu_seqlens: Optional[torch.Tensor] = None,
+                max_seqlen: Optional[int] = None):
         """h [B, T, H] (and c with return_cell_state) for x [B, T, input_size] and h0 a pair
-        (h0, c0) of [B, H] (zero when None): newton_apply."""
-        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state)
+        (h0, c0) of [B, H] (zero when None): newton_apply. With cu_seqlens, x [1, T, input_size]
+        holds packed sequences and h0 is a pair of [S, H] (newton_apply's cu_seqlens and max_seqlen)."""
+        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state, cu_seqlens=cu_seqlens,
+                            max_seqlen=max_seqlen)
 
     def step(self, state_prev: Optional[Tuple[torch.Tensor, torch.Tensor]],
              x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -409,7 +415,8 @@ def _divergence(residual, residual_fail, iterations):
 
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
-                 return_cell_state: bool = False, *, compile: Union[str, bool] = "auto"):
+                 return_cell_state: bool = False, *, compile: Union[str, bool] = "auto",
+                 cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
     """Solves a cell's recurrence h_t = f(h_{t-1}, x_t) over x for all t at once, by Newton's method.
 
     Parameters
@@ -437,11 +444,29 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
         from the cell) is not available yet and raises. The built-in cells always run their
         operators ("auto" or True).
+    cu_seqlens : torch.Tensor, optional
+        Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
+        0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in
+        [cu_seqlens[s], cu_seqlens[s + 1]) of x [1, T, input_size]; equal neighbours are an empty
+        sequence. Each sequence is solved independently from its own h0, [S, H] (ParaLSTM: a pair
+        of [S, H]; a cell of your own: [S, H] or [S, state_slots, H]). The sequences are gathered
+        into a padded batch [S, T_max, input_size] (one index_select, padding reads a zero row),
+        solved in one call, and the valid positions gathered back into [1, T, ...]; padding follows
+        each sequence's end, so the causal recurrence cannot carry it into a sequence's states, and
+        the padding's gradient is dropped. Cost: the solve's time and memory for S x T_max steps
+        instead of T, plus one gather and one scatter; the residual (and NewtonStats) is per
+        sequence, [S], and includes its padding steps (the recurrence continued with zero input).
+    max_seqlen : int, optional
+        With cu_seqlens: T_max, at least the longest sequence's length (FlashAttention's
+        max_seqlen). When None it is read from cu_seqlens on the host: a device synchronisation,
+        and under torch.compile a graph break (a data-dependent shape); pass it to compile with
+        fullgraph=True. A larger value only adds padding.
 
     Returns
     -------
     torch.Tensor or tuple
-        h [B, T, H] (a cell of your own: the state's layout), or (h, c) with return_cell_state,
+        h [B, T, H] (a cell of your own: the state's layout; [1, T, ...] with cu_seqlens), or
+        (h, c) with return_cell_state,
         followed by NewtonStats when return_stats. Gradients reach x, h0 and the cell's parameters
         through the adjoint recurrence; gradients of gradients raise.
 
@@ -453,7 +478,12 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         the residual only in the stats.
     TypeError, ValueError
         Bad arguments, naming the argument, what was given and what was expected; a declared
-        jac_structure that step does not have (checked with one jvp in eager mode).
+        jac_structure that step does not have (checked with one jvp in eager mode). With
+        cu_seqlens: cu_seqlens not 1-D [S + 1], not int32/int64 (TypeError), on another device than
+        x, not starting at 0, not ending at T or decreasing; x with a batch size other than 1; h0
+        without S states; max_seqlen not an int >= 0 (TypeError) or shorter than the longest
+        sequence. The values are read on the host in eager mode (one synchronisation, which reading
+        T_max needs anyway); compiled graphs check them with ``torch._assert_async``.
     NotImplementedError
         ``compile=True`` for a cell of your own.
 
@@ -464,6 +494,10 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     float32.
     """
     _check_compile_argument("newton_apply", compile)
+    if cu_seqlens is not None or max_seqlen is not None:
+        return _packed.newton_apply_packed(newton_apply, cell, x, h0, cu_seqlens, max_seqlen,
+                                           getattr(cell, "input_size", None), cfg=cfg, return_stats=return_stats,
+                                           return_cell_state=return_cell_state, compile=compile)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
         return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
     if compile is False:

@@ -58,9 +58,9 @@ def check_cu_seqlens(function, cu_seqlens, data, data_name, max_seqlen=None):
         ok = (offsets[0] == 0) & (offsets[-1] == T) & (lengths >= 0).all()
         if max_seqlen is not None:
             ok = ok & (lengths <= max_seqlen).all()
+        bound = "" if max_seqlen is None else f", with no sequence longer than max_seqlen = {max_seqlen}"
         torch._assert_async(ok, f"{function}: argument 'cu_seqlens' must start at 0, end at T = {T} (the length of "
-                                f"argument '{data_name}') and not decrease"
-                            + ("" if max_seqlen is None else f", with no sequence longer than max_seqlen = {max_seqlen}"))
+                                f"argument '{data_name}') and not decrease{bound}")
         return offsets, cu_seqlens.shape[0] - 1, None
     first, last, shortest, longest = torch.stack([offsets[0], offsets[-1], lengths.min(), lengths.max()]).tolist()
     if first != 0 or last != T or shortest < 0:

@@ -454,13 +454,15 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         solved in one call, and the valid positions gathered back into [1, T, ...]; padding follows
         each sequence's end, so the causal recurrence cannot carry it into a sequence's states, and
         the padding's gradient is dropped. Cost: the solve's time and memory for S x T_max steps
-        instead of T, plus one gather and one scatter; the residual (and NewtonStats) is per
-        sequence, [S], and includes its padding steps (the recurrence continued with zero input).
+        instead of T, plus a gather of x and one of the result (scatters in the backward). The
+        residual (NewtonStats, NewtonDivergenceError's batch elements) is per sequence, [S], and
+        includes its padding steps (the recurrence continued with zero input).
     max_seqlen : int, optional
         With cu_seqlens: T_max, at least the longest sequence's length (FlashAttention's
         max_seqlen). When None it is read from cu_seqlens on the host: a device synchronisation,
-        and under torch.compile a graph break (a data-dependent shape); pass it to compile with
-        fullgraph=True. A larger value only adds padding.
+        and under torch.compile a graph break (a data-dependent shape; none with
+        ``torch._dynamo.config.capture_scalar_outputs = True``); pass it to compile with
+        fullgraph=True without that read. A larger value only adds padding.
 
     Returns
     -------

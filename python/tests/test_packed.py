@@ -75,6 +75,17 @@ def test_packed_scan_gradcheck(device, structure, reverse):
     assert torch.autograd.gradcheck(fn, [t.requires_grad_() for t in inputs])
 
 
+@pytest.mark.parametrize("structure,reverse", [("diag", False), ("dense", True)])
+def test_packed_scan_gradgradcheck(device, structure, reverse):
+    """The cut and the entry of h0 are differentiable tensor operations: second derivatives too."""
+    lengths = [2, 0, 2]
+    A, b, h0 = scan_operands(structure, device, lengths=lengths, N=2)
+    cu_seqlens = offsets(lengths, device)
+    fn = lambda A, b, *h0: linear_scan(A, b, *h0, structure=structure, reverse=reverse, cu_seqlens=cu_seqlens)
+    inputs = (A, b) if reverse else (A, b, h0)
+    assert torch.autograd.gradgradcheck(fn, [t.requires_grad_() for t in inputs])
+
+
 @pytest.mark.parametrize("structure,reverse", CASES)
 def test_one_packed_sequence_is_the_unpacked_call_bitwise(device, structure, reverse):
     A, b, h0 = scan_operands(structure, device, lengths=[7])

@@ -90,7 +90,8 @@ def linear_scan_packed(scan, A, b, h0, structure, reverse, cu_seqlens):
         _check_packed_state("linear_scan", h0, b, [S, N], "[S, N]")
     if T == 0:
         return scan(A, b, None, structure, reverse)
-    starts = offsets[:-1].clamp(0, T)  # clamped: compiled graphs check the values without stopping here
+    # Indices are clamped: compiled graphs check the values on the device, without stopping here.
+    starts = offsets[:-1].clamp(0, T)
     # A at the first step of every sequence except the packed sequence's own first step (t = 0, whose
     # A is either multiplied by the operator's h0 or, in reverse, never read). Forward this cuts
     # h_{t-1} out of h_t; in reverse, lambda_{t-1} = A_t^T lambda_t + b_{t-1} is cut at the same t,
@@ -98,7 +99,7 @@ def linear_scan_packed(scan, A, b, h0, structure, reverse, cu_seqlens):
     # sequence's start (or T, the extra entry dropped here).
     cut = torch.zeros(T + 1, dtype=torch.bool, device=b.device).index_fill(0, starts, True)[:T]
     cut[0] = False
-    A_cut = torch.where(cut.view((1, T) + (1,) * (A.dim() - 2)), torch.zeros((), dtype=A.dtype, device=A.device), A)
+    A_cut = torch.where(cut.view((1, T) + (1,) * (A.dim() - 2)), 0.0, A)
     if h0 is None:
         return scan(A_cut, b, None, structure, reverse)
     # Sequence s enters through b at its first step t_s > 0: b_{t_s} + A_{t_s} h0_s. The sequence that
@@ -106,9 +107,9 @@ def linear_scan_packed(scan, A, b, h0, structure, reverse, cu_seqlens):
     first_step = starts.clamp(max=T - 1)
     enters_through_b = (offsets[1:] > offsets[:-1]) & (starts > 0)
     entry = _apply(A[0].index_select(0, first_step), h0, structure)
-    entry = torch.where(enters_through_b.unsqueeze(-1), entry, torch.zeros((), dtype=entry.dtype, device=entry.device))
+    entry = torch.where(enters_through_b.unsqueeze(-1), entry, 0.0)
     b_entered = b.index_add(1, first_step, entry.unsqueeze(0))
-    first_sequence = torch.searchsorted(offsets, offsets.new_zeros(1), right=True) - 1
+    first_sequence = (torch.searchsorted(offsets, offsets.new_zeros(1), right=True) - 1).clamp(0, S - 1)
     return scan(A_cut, b_entered, h0.index_select(0, first_sequence), structure, reverse)
 
 
@@ -169,13 +170,13 @@ def newton_apply_packed(solve, cell, x, h0, cu_seqlens, max_seqlen: Optional[int
     steps = torch.arange(longest, device=x.device)
     # Padded position (s, j) reads packed row offsets[s] + j while j < length_s, else the zero row T.
     valid = steps < lengths.unsqueeze(1)
-    rows = torch.where(valid, offsets[:-1].unsqueeze(1) + steps, T).flatten()
+    rows = torch.where(valid, offsets[:-1].unsqueeze(1) + steps, T).clamp(0, T).flatten()
     padded = torch.cat([x[0], x.new_zeros((1, x.shape[2]))]).index_select(0, rows).view(S, longest, x.shape[2])
     result = solve(cell, padded, h0=h0, **settings)
     # Packed step t is padded position (s, t - offsets[s]) of the sequence s that holds it: the last
     # one starting at or before t (empty sequences start where the next one does).
     t = torch.arange(T, device=x.device)
-    sequence = torch.searchsorted(offsets, t, right=True) - 1
+    sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, S - 1)
     flat = (sequence * longest + t - offsets.index_select(0, sequence)).clamp(0, max(S * longest - 1, 0))
     unpad = lambda y: y.flatten(0, 1).index_select(0, flat).unsqueeze(0)
     if settings.get("return_stats"):

@@ -126,6 +126,16 @@ def test_empty_sequences_anywhere_and_an_all_empty_batch(device):
     assert linear_scan(A, b, h0, cu_seqlens=offsets([0, 0], device)).shape == (1, 0, 4)
 
 
+def test_packed_scan_in_bfloat16_is_each_sequence_alone_to_its_rounding(device):
+    A, b, h0 = scan_operands("dense", device)
+    A, b, h0 = A.bfloat16(), b.bfloat16(), h0.bfloat16()
+    got = linear_scan(A, b, h0, "dense", cu_seqlens=offsets(LENGTHS, device))
+    assert got.dtype == torch.bfloat16
+    exact = scan_each(A.double(), b.double(), h0.double(), "dense", False, LENGTHS, reference)
+    # The stored output's rounding, and that of b + A h0 at each sequence's first step.
+    assert (got.double() - exact).abs().max() <= 2 * 2 ** -8 * exact.abs().max()
+
+
 def test_packed_scan_compiles_without_graph_breaks(device):
     A, b, h0 = scan_operands("block", device)
     cu_seqlens = offsets(LENGTHS, device)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _distributed, _user_cell
+from . import _distributed, _packed, _user_cell
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -231,10 +231,13 @@ class ParaGRU(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, *,
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
                 process_group: Optional[torch.distributed.ProcessGroup] = None) -> torch.Tensor:
-        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply
-        (``process_group``: this rank's slice of t, as newton_apply's)."""
-        return newton_apply(self, x, self.config, h0=h0, process_group=process_group)
+        """h [B, T, H] for x [B, T, input_size] and h0 [B, H] (zero when None): newton_apply.
+        With cu_seqlens, x [1, T, input_size] holds packed sequences and h0 is [S, H] (newton_apply's
+        cu_seqlens and max_seqlen); with process_group, this rank's slice of t (newton_apply's)."""
+        return newton_apply(self, x, self.config, h0=h0, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
+                            process_group=process_group)
 
     def step(self, h_prev: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """One step, for decoding: h_t [B, H] from h_prev = h_{t-1} [B, H] (zero when None) and
@@ -292,12 +295,14 @@ class ParaLSTM(nn.Module):
         self.config = config if config is not None else NewtonConfig()
 
     def forward(self, x: torch.Tensor, h0: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-                return_cell_state: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None):
+                return_cell_state: bool = False, *, cu_seqlens: Optional[torch.Tensor] = None,
+                max_seqlen: Optional[int] = None, process_group: Optional[torch.distributed.ProcessGroup] = None):
         """h [B, T, H] (and c with return_cell_state) for x [B, T, input_size] and h0 a pair
-        (h0, c0) of [B, H] (zero when None): newton_apply (``process_group``: this rank's slice of
-        t, as newton_apply's)."""
-        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state,
-                            process_group=process_group)
+        (h0, c0) of [B, H] (zero when None): newton_apply. With cu_seqlens, x [1, T, input_size]
+        holds packed sequences and h0 is a pair of [S, H] (newton_apply's cu_seqlens and max_seqlen);
+        with process_group, this rank's slice of t (newton_apply's)."""
+        return newton_apply(self, x, self.config, h0=h0, return_cell_state=return_cell_state, cu_seqlens=cu_seqlens,
+                            max_seqlen=max_seqlen, process_group=process_group)
 
     def step(self, state_prev: Optional[Tuple[torch.Tensor, torch.Tensor]],
              x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -472,6 +477,7 @@ def _divergence(residual, residual_fail, iterations):
 def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] = None,
                  h0: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None, return_stats: bool = False,
                  return_cell_state: bool = False, *, compile: Union[str, bool] = "auto",
+                 cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
                  process_group: Optional[torch.distributed.ProcessGroup] = None):
     """Solves a cell's recurrence h_t = f(h_{t-1}, x_t) over x for all t at once, by Newton's method.
 
@@ -500,6 +506,25 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
         from the cell) is not available yet and raises. The built-in cells always run their
         operators ("auto" or True).
+    cu_seqlens : torch.Tensor, optional
+        Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
+        0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in
+        [cu_seqlens[s], cu_seqlens[s + 1]) of x [1, T, input_size]; equal neighbours are an empty
+        sequence. Each sequence is solved independently from its own h0, [S, H] (ParaLSTM: a pair
+        of [S, H]; a cell of your own: [S, H] or [S, state_slots, H]). The sequences are gathered
+        into a padded batch [S, T_max, input_size] (one index_select, padding reads a zero row),
+        solved in one call, and the valid positions gathered back into [1, T, ...]; padding follows
+        each sequence's end, so the causal recurrence cannot carry it into a sequence's states, and
+        the padding's gradient is dropped. Cost: the solve's time and memory for S x T_max steps
+        instead of T, plus a gather of x and one of the result (scatters in the backward). The
+        residual (NewtonStats, NewtonDivergenceError's batch elements) is per sequence, [S], and
+        includes its padding steps (the recurrence continued with zero input).
+    max_seqlen : int, optional
+        With cu_seqlens: T_max, at least the longest sequence's length (FlashAttention's
+        max_seqlen). When None it is read from cu_seqlens on the host: a device synchronisation,
+        and under torch.compile a graph break (a data-dependent shape; none with
+        ``torch._dynamo.config.capture_scalar_outputs = True``); pass it to compile with
+        fullgraph=True without that read. A larger value only adds padding.
     process_group : torch.distributed.ProcessGroup, optional
         Sequence parallelism (docs/distributed.md): each rank of the group passes its contiguous
         slice of the time axis, x [B, T_r, input] (the ranks in group-rank order along time; T_r
@@ -515,7 +540,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     Returns
     -------
     torch.Tensor or tuple
-        h [B, T, H] (a cell of your own: the state's layout), or (h, c) with return_cell_state,
+        h [B, T, H] (a cell of your own: the state's layout; [1, T, ...] with cu_seqlens), or
+        (h, c) with return_cell_state,
         followed by NewtonStats when return_stats. Gradients reach x, h0 and the cell's parameters
         through the adjoint recurrence; gradients of gradients raise.
 
@@ -527,7 +553,12 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         the residual only in the stats.
     TypeError, ValueError
         Bad arguments, naming the argument, what was given and what was expected; a declared
-        jac_structure that step does not have (checked with one jvp in eager mode).
+        jac_structure that step does not have (checked with one jvp in eager mode). With
+        cu_seqlens: cu_seqlens not 1-D [S + 1], not int32/int64 (TypeError), on another device than
+        x, not starting at 0, not ending at T or decreasing; x with a batch size other than 1; h0
+        without S states; max_seqlen not an int >= 0 (TypeError) or shorter than the longest
+        sequence. The values are read on the host in eager mode (one synchronisation, which reading
+        T_max needs anyway); compiled graphs check them with ``torch._assert_async``.
     NotImplementedError
         ``compile=True`` for a cell of your own.
     RuntimeError
@@ -546,8 +577,15 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     The cell's parameters receive each rank's part of their gradient: sum them over the group.
     """
     if process_group is not None:
+        if cu_seqlens is not None or max_seqlen is not None:
+            raise ValueError("newton_apply: arguments 'cu_seqlens' and 'process_group' are both given, expected at "
+                             "most one (packed sequences split across ranks are not supported)")
         return _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, process_group)
     _check_compile_argument("newton_apply", compile)
+    if cu_seqlens is not None or max_seqlen is not None:
+        return _packed.newton_apply_packed(newton_apply, cell, x, h0, cu_seqlens, max_seqlen,
+                                           getattr(cell, "input_size", None), cfg=cfg, return_stats=return_stats,
+                                           return_cell_state=return_cell_state, compile=compile)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
         return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
     cfg, state0 = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)

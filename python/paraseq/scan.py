@@ -6,15 +6,15 @@ from typing import Optional
 
 import torch
 
-from . import _distributed
+from . import _distributed, _packed
 from ._ops import ops
 
 STRUCTURES = ("diag", "block", "dense")
 
 
 def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = None, structure: str = "diag",
-                reverse: bool = False, *, process_group: Optional[torch.distributed.ProcessGroup] = None
-                ) -> torch.Tensor:
+                reverse: bool = False, *, cu_seqlens: Optional[torch.Tensor] = None,
+                process_group: Optional[torch.distributed.ProcessGroup] = None) -> torch.Tensor:
     """Solves h_t = A_t h_{t-1} + b_t for all t at once, with paraseq's ordered parallel scan.
 
     Parameters
@@ -34,6 +34,16 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
     reverse : bool
         Solve the adjoint recurrence instead: lambda_{T-1} = b_{T-1} and
         lambda_t = A_{t+1}^T lambda_{t+1} + b_t. h0 must then be None.
+    cu_seqlens : torch.Tensor, optional
+        Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on b's device,
+        0 = cu_seqlens[0] <= cu_seqlens[1] <= ... <= cu_seqlens[S] = T; sequence s is
+        t in [cu_seqlens[s], cu_seqlens[s + 1]) of the one batch element (B = 1); equal neighbours
+        are an empty sequence. No state crosses a boundary, in either direction: each sequence starts
+        from its own h0 (forward) and from lambda = b at its own last step (reverse). h0 is then
+        [S, N] (None: zeros). Cost: one extra elementwise pass over A and b (A cut at each
+        sequence's first step, h0_s added to b there) before the one scan; gradients reach A, b and
+        h0 through these tensor operations and the scan's backward.
+
     process_group : torch.distributed.ProcessGroup, optional
         Sequence parallelism (docs/distributed.md): each rank of the group passes its contiguous
         slice of the time axis, A [B, T_r, ...] and b [B, T_r, N] (the ranks in group-rank order
@@ -42,20 +52,28 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         structure and reverse; the ranks exchange one all_gather of their slices' affine maps. When
         any rank's inputs require grad, every rank's result does, and every rank must run the
         backward (it is collective). None: one process, as without the argument.
+
     Returns
     -------
     torch.Tensor
-        h (or lambda), [B, T, N], in b's dtype. Gradients reach A, b and h0 (the backward is
-        another scan), also gradients of gradients (with ``process_group``: first derivatives
-        only; the backward is a distributed scan the other way, and differentiating it raises).
+        h (or lambda), [B, T, N] ([1, T, N] with cu_seqlens), in b's dtype. Gradients reach A, b
+        and h0 (the backward is another scan), also gradients of gradients (with
+        ``process_group``: first derivatives only; the backward is a distributed scan the other
+        way, and differentiating it raises).
 
     Raises
     ------
     TypeError
-        An argument that is not a tensor, or tensors of different dtypes.
+        An argument that is not a tensor, or tensors of different dtypes; cu_seqlens not int32 or
+        int64.
     ValueError
         A structure other than the three, shapes that do not match (the message names the argument
-        and the expected shape), h0 with ``reverse=True``.
+        and the expected shape), h0 with ``reverse=True``; with cu_seqlens: cu_seqlens not 1-D
+        [S + 1], on another device than b, not starting at 0, not ending at T or decreasing; b with a
+        batch size other than 1; h0 not [S, N]. The values of cu_seqlens are read on the host in
+        eager mode (one device synchronisation); compiled graphs check them with
+        ``torch._assert_async`` (no synchronisation; a RuntimeError on the CPU, a device-side
+        assertion on CUDA); cu_seqlens together with process_group.
     RuntimeError
         Tensors on different devices, or a device this build has no kernels for; with
         ``process_group``, a torch.distributed that is not initialised, or grad modes that differ
@@ -70,9 +88,14 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
     (ValueError), or when ``process_group`` is not a ProcessGroup (TypeError).
     """
     if process_group is not None:
+        if cu_seqlens is not None:
+            raise ValueError("linear_scan: arguments 'cu_seqlens' and 'process_group' are both given, expected at "
+                             "most one (packed sequences split across ranks are not supported)")
         return _distributed.linear_scan(A, b, h0, structure, reverse, process_group,
                                         lambda: _check_with_the_operator(A, b, h0, structure, reverse))
     _check_arguments(A, b, h0, structure, reverse)
+    if cu_seqlens is not None:
+        return _packed.linear_scan_packed(ops.linear_scan, A, b, h0, structure, reverse, cu_seqlens)
     return ops.linear_scan(A, b, h0, structure, reverse)
 
 

@@ -1,5 +1,6 @@
 """What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
-and the general path (functions and cells of your own) on CUDA tensors against the CPU.
+and the general path (functions and cells of your own) and packed sequences (cu_seqlens) on CUDA tensors
+against the CPU.
 
 conftest.py collects this module only when cuda is among the tested devices.
 """
@@ -83,3 +84,53 @@ def test_user_cell_on_cuda_equals_cpu_in_double():
         assert torch.allclose(h_cuda.cpu(), h, rtol=0, atol=1e-12)
         for a, b in zip(grads_cuda, grads):
             assert torch.allclose(a.cpu(), b, rtol=1e-10, atol=1e-12)
+
+
+# ---- packed sequences (cu_seqlens) on CUDA tensors --------------------------------------------------
+
+def test_packed_cu_seqlens_on_another_device_is_refused():
+    from test_packed import offsets, scan_operands
+
+    A, b, h0 = scan_operands("diag", "cuda", lengths=[2, 3])
+    with pytest.raises(ValueError, match=r"argument 'cu_seqlens' is on device cpu, expected cuda:\d+ \(the device "
+                                         "of argument 'b'\\)"):
+        linear_scan(A, b, h0, cu_seqlens=offsets([2, 3], "cpu"))
+
+
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_packed_linear_scan_on_cuda_equals_cpu_in_double(structure, reverse):
+    from test_packed import LENGTHS, offsets, scan_operands
+
+    A, b, h0 = scan_operands(structure, "cpu")
+    h0 = None if reverse else h0
+    results = []
+    for device in ("cpu", "cuda"):
+        inputs = [A.to(device).requires_grad_(), b.to(device).requires_grad_()]
+        inputs += [] if reverse else [h0.to(device).requires_grad_()]
+        h = linear_scan(*inputs[:2], None if reverse else inputs[2], structure, reverse,
+                        cu_seqlens=offsets(LENGTHS, device))
+        results.append([h.detach().cpu()] + [g.cpu() for g in torch.autograd.grad(h.square().sum(), inputs)])
+    for on_cuda, on_cpu in zip(results[1], results[0]):
+        assert torch.allclose(on_cuda, on_cpu, rtol=0, atol=1e-12)
+
+
+def test_packed_newton_on_cuda_equals_cpu_in_double():
+    from paraseq import ParaGRU, ParaLSTM, newton_apply
+    from test_packed import LENGTHS, SOLVE, offsets, user_cell
+    from test_user_functions import TwoSlotCell
+
+    for make in (lambda: ParaGRU(3, 4), lambda: ParaLSTM(3, 4), lambda: user_cell(TwoSlotCell, "cpu")):
+        cell = make().to(torch.float64)
+        x = torch.rand(1, sum(LENGTHS), 3, dtype=torch.float64) - 0.5
+        slots = getattr(cell, "state_slots", 1)
+        h0 = 0.3 * torch.randn((len(LENGTHS), 4) if slots == 1 else (len(LENGTHS), slots, 4), dtype=torch.float64)
+        results = []
+        for device in ("cpu", "cuda"):
+            cell = cell.to(device)
+            x_d, h0_d = x.to(device).requires_grad_(), h0.to(device).requires_grad_()
+            state0 = (h0_d, 2 * h0_d) if isinstance(cell, ParaLSTM) else h0_d
+            h = newton_apply(cell, x_d, SOLVE, h0=state0, cu_seqlens=offsets(LENGTHS, device), max_seqlen=5)
+            grads = torch.autograd.grad(h.square().sum(), [x_d, h0_d] + list(cell.parameters()))
+            results.append([h.detach().cpu()] + [g.cpu() for g in grads])
+        for on_cuda, on_cpu in zip(results[1], results[0]):
+            assert torch.allclose(on_cuda, on_cpu, rtol=1e-10, atol=1e-12)

@@ -12,7 +12,8 @@ The loops run inside the operator paraseq::user_odeint (a torch.library custom o
 kernel): under torch.compile the whole integration is one node. Its backward,
 paraseq::user_odeint_backward, runs the forward loop again recording the accepted steps (the
 mesh, held fixed: the controller is not differentiated, as in src/loops) and reverses over them
-with torch.func.vjp of one step: memory is the states at the steps' starts, O(steps x N x n),
+with torch.func.vjp of one step over all N rows: memory is every trajectory's state at the start
+of each attempt that one of them accepts, O(attempts x N x n),
 plus one step's graph, never the graph of all steps.
 """
 
@@ -223,8 +224,9 @@ def integrate_fixed(rhs, tableau, y0, times, step_size, record=None):
 def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record=None):
     """Observed states [len(t), N, n] with adaptive steps per trajectory; the step control measures
     the first `measured` components (the others are constants carried along). record(rows, t, h, t_new,
-    y, observations) is called for every attempt that some trajectories accept (rows: their
-    indices; observations: (j, rows, theta or None at the step's end) of what they observed)."""
+    y, observations) is called for every attempt that some trajectories accept, with every
+    trajectory's t, h, t_new and y [N, ...] (rows: the indices of those that accept; observations:
+    (j, rows, theta or None at the step's end) of what they observed)."""
     N, n = y0.shape
     dtype, device = y0.dtype, y0.device
     full = lambda value: torch.full((N, 1), value, dtype=dtype, device=device)
@@ -290,7 +292,7 @@ def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, m
                                                                       theta[where])))
                 next_observation = next_observation + pending.long()
             if record is not None:
-                record(rows, t[rows], h_step[rows], t_new[rows], y[rows], observations)
+                record(rows, t, h_step, t_new, y, observations)
         h = torch.where(reject, h_step * shrink, torch.where(accept, h_step * factor, h))
         rejected = rejected + reject.squeeze(-1).long()
         last_rejected = torch.where(reject, True, torch.where(accept, False, last_rejected))
@@ -382,25 +384,29 @@ def user_odeint_backward(token: int, y0: torch.Tensor, t: torch.Tensor, tensors:
     adaptive = step_size is None and method in ADAPTIVE
     if adaptive:
         adjoint = torch.zeros_like(y0)  # dL/dy at each trajectory's current step end
+        # Every attempt is reversed over all N rows, as the forward evaluated func: a function may
+        # hold per-trajectory tensors [N, ...]. The rows that did not accept it take a step of
+        # length 0, which is the identity (its pullback passes dL/dy on and adds nothing).
         for rows, t_start, h, t_new, y, observations in reversed(steps):
+            took = torch.zeros_like(h, dtype=torch.bool)
+            took[rows] = True
+            h = torch.where(took, h, torch.zeros_like(h))
+            t_new = torch.where(took, t_new, t_start)
             grad_y = torch.zeros_like(y)
             grad_stages = y.new_zeros((S, *y.shape))
-            position = torch.full((y0.shape[0],), -1, dtype=torch.long, device=y.device)
-            position[rows] = torch.arange(rows.numel(), device=y.device)
             for index, where, theta in observations:
-                local = position[where]  # the rows' places among this attempt's accepted ones
                 g = grad[index, where]
                 at_end = torch.isnan(theta).squeeze(-1)
                 adjoint[where[at_end]] += g[at_end]
                 inside = ~at_end
                 if inside.any():
-                    grad_y[local[inside]] += g[inside]
+                    observing = where[inside]
+                    grad_y[observing] += g[inside]
                     weights = dense_weights(method, theta[inside])
                     for i, w in enumerate(weights):
-                        grad_stages[i, local[inside]] += h[local[inside]] * w * g[inside]
-            bars = _step_vjp(token, tensors, one_trajectory, tableau, t_start, h, t_new, y,
-                             adjoint[rows], grad_stages)
-            adjoint[rows] = bars[0] + grad_y
+                        grad_stages[i, observing] += h[observing] * w * g[inside]
+            bars = _step_vjp(token, tensors, one_trajectory, tableau, t_start, h, t_new, y, adjoint, grad_stages)
+            adjoint = bars[0] + grad_y
             grad_tensors = [a + b for a, b in zip(grad_tensors, bars[1:])]
         return [adjoint + grad[0]] + grad_tensors
     points, observation_point = fixed_mesh(t.tolist(), step_size)

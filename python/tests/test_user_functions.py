@@ -359,6 +359,21 @@ def test_gradcheck_of_the_general_odeint_in_double(device):
         assert torch.autograd.gradcheck(solve, (y0, k))
 
 
+def test_per_trajectory_tensors_of_a_closure_get_their_gradients_with_adaptive_steps(device):
+    # Rates [N, 1] of different sizes make the trajectories take different numbers of steps, so
+    # every reversed attempt has rows that did not take it; the closure still sees all N rows.
+    rate = torch.tensor([[0.3], [2.5], [7.0]], dtype=DOUBLE, device=device, requires_grad=True)
+    y0 = torch.tensor([[1.0], [-0.5], [2.0]], dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE, device=device)
+    # (method, rtol of the steps, how close the discrete adjoint then is to the exact derivative)
+    for method, tolerance, agreement in (("bosh3", 1e-8, 1e-5), ("dopri5", 1e-10, 1e-7), ("tsit5", 1e-10, 1e-7)):
+        out = odeint(lambda t, y: -rate * y, y0, t, method=method, rtol=tolerance, atol=1e-12, compile=False)
+        grad_y0, grad_rate = torch.autograd.grad(out[-1].sum(), (y0, rate))
+        decay = torch.exp(-rate.detach())  # y(1) = y0 e^(-rate)
+        torch.testing.assert_close(grad_y0, decay, rtol=agreement, atol=0, msg=method)
+        torch.testing.assert_close(grad_rate, -y0.detach() * decay, rtol=agreement, atol=0, msg=method)
+
+
 def test_general_odeint_compiles_to_one_graph_equal_to_eager(device):
     model = VanDerPol(1.0).to(device)
     y0 = torch.tensor([[2.0, 0.0], [1.0, 1.0]], dtype=DOUBLE, device=device, requires_grad=True)

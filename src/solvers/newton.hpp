@@ -261,12 +261,14 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   };
   const Iterate<iterate_view, H0View> result{out, h0, d};
 
+  using sequential_t = SequentialRecurrence<Acc, ExecSpace, Cell, UView, iterate_view, H0View>;
   int iterations = 0, picard_sweeps = 0;
   double checked_residual = 0; // max |F| of the result, read on the host when residual_fail is set
   if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
     if (mode == NewtonMode::sequential)
-      Kokkos::parallel_for("paraseq::newton_sequential", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * shape.groups),
-                           SequentialRecurrence<Acc, Cell, UView, iterate_view, H0View>{cell, u, out, h0, T, shape.groups, d});
+      Kokkos::parallel_for("paraseq::newton_sequential",
+                           Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),
+                           sequential_t{cell, u, out, h0, T, shape.groups, d});
     else {
       fused_newton<Acc>(space, cell, u, out, h0, config, shape);
       iterations = config.max_iters;

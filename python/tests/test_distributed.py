@@ -118,9 +118,7 @@ def run_scan_h0_only(group, split):
     A, b, h0, w = scan_case("block", False, 12)
     h0_r = leaf(h0) if me == 0 else None
     h = linear_scan(piece(A, split, me), piece(b, split, me), h0_r, "block", process_group=group)
-    requires_grad = h.requires_grad
-    (h * piece(w, split, me)).sum().backward()
-    return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
+    return backward_through(h, piece(w, split, me), h0_r)
 
 
 def run_newton_h0_only(group, split):
@@ -130,8 +128,14 @@ def run_newton_h0_only(group, split):
     cell.requires_grad_(False)
     h0_r = leaf(h0) if me == 0 else None
     h = newton_apply(cell, piece(x, split, me), USER_CONFIG, h0=h0_r, process_group=group)
+    return backward_through(h, piece(w, split, me), h0_r)
+
+
+def backward_through(h, weight, h0_r):
+    """Whether this rank's h requires grad, and h0's gradient after the collective backward of
+    sum(h * weight)."""
     requires_grad = h.requires_grad
-    (h * piece(w, split, me)).sum().backward()
+    (h * weight).sum().backward()
     return {"requires_grad": requires_grad, "grad_h0": h0_r.grad if h0_r is not None else None}
 
 

@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""paraseq against what users would pick instead, in one run on one device: cuDNN GRU, a PyTorch eager Newton solve, the PyTorch sequential loop, an eager RK4 loop,
-torchdiffeq, diffrax (JAX, in a subprocess) and torch.compile of an unrolled RK4 loop (cold and
-warm), next to paraseq's operators on the same workloads and the HBM floor from a copy measured in
-the same run. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a warm-up
-call. Writes one JSON report; perf_tests/report.py-style tables are printed.
+"""paraseq against what users would pick instead, in one run on one device: cuDNN GRU, a PyTorch eager Newton solve,
+the PyTorch sequential loop, an eager RK4 loop, torchdiffeq, diffrax (JAX, in a subprocess), torch.compile of an
+unrolled RK4 loop (cold and warm), and the peer libraries pararnn-torch (its fused Newton GRU, its diagonal scan and
+newton_apply forward and backward), accelerated-scan (diagonal linear scan), flash-linear-attention (its HGRN
+kernels) and torchode, next to paraseq's operators on the same workloads and the HBM floor from a copy measured in
+the same run. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
+the one checked against paraseq's; a call that takes more than a second is timed once. Writes one JSON report and
+prints a table.
 
     PARASEQ_TORCH_LIBRARY=... python3 perf_tests/compare.py --out compare.json          # H200 shapes
     python3 perf_tests/compare.py --quick                                               # tiny, any device
 
-A baseline that is not installed is recorded as missing, not skipped silently.
+A baseline or peer that is not installed, or cannot be imported here, is recorded as missing with the text of the
+import error; one that refuses a shape or a device, or runs out of memory, as refused with its error's text. A peer's
+results carry its version.
 """
 
 import argparse
+import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -26,24 +33,106 @@ import paraseq
 
 
 def timer(device):
-    """Returns time_ms(fn, reps) -> (median ms, samples): one warm-up call, then reps timed calls."""
-    def time_ms(fn, reps):
+    """Returns time_ms(fn, reps, warmed=False) -> (median ms, samples): a warm-up call unless warmed, then up
+    to reps timed calls (one when that call takes more than a second: its median would take minutes)."""
+    def one_call(fn):
+        if device == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return start.elapsed_time(stop)
+        begin = time.perf_counter()
         fn()
-        samples = []
-        for _ in range(reps):
-            if device == "cuda":
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                stop.record()
-                stop.synchronize()
-                samples.append(start.elapsed_time(stop))
-            else:
-                begin = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - begin) * 1e3)
+        return (time.perf_counter() - begin) * 1e3
+
+    def time_ms(fn, reps, warmed=False):
+        if not warmed:
+            fn()
+        samples = [one_call(fn)]
+        while len(samples) < reps and samples[0] <= 1e3:
+            samples.append(one_call(fn))
         return statistics.median(samples), samples
     return time_ms
+
+
+def error_text(error):
+    """The first line of an exception, with its type: what the report records of a refusal or an import error."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+def measure(time_ms, entry, fn, reps, check=None):
+    """entry with fn's median time and the differences check(first output) returns; where fn raises, the error as
+    "refused" instead: an alternative that refuses a shape or device, or runs out of memory, is recorded and the
+    run goes on."""
+    try:
+        first = fn()
+        if check is not None:
+            entry.update(check(first))
+        del first
+        entry["ms"], samples = time_ms(fn, reps, warmed=True)
+        entry["calls"] = len(samples)
+    except Exception as error:  # noqa: BLE001 - every failure of an alternative is a result to report
+        entry["refused"] = error_text(error)
+    if "refused" in entry and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return entry
+
+
+def max_abs_diff(x, y):
+    return float((x - y).abs().max())
+
+
+# --- Optional libraries: peers and baselines that users compare paraseq against.
+
+PEERS = {  # name: the distributions whose versions its results carry
+    "pararnn-torch": ("pararnn-torch",),
+    "accelerated-scan": ("accelerated-scan",),
+    "flash-linear-attention": ("flash-linear-attention", "fla-core"),
+    "torchode": ("torchode",),
+    "torchdiffeq": ("torchdiffeq",),
+}
+
+
+class Peers:
+    """Imports each optional module once. A peer's results carry its version; a module that cannot be imported
+    (not installed, a dependency missing, or, for accelerated_scan.warp, its CUDA build failing) gives one entry per
+    workload and implementation with "missing": the import error's text."""
+
+    def __init__(self):
+        self.modules, self.missing = {}, []
+
+    @staticmethod
+    def version(peer):
+        found = []
+        for distribution in PEERS[peer]:
+            try:
+                found.append(f"{distribution} {importlib.metadata.version(distribution)}")
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        return ", ".join(found) or None
+
+    def tag(self, peer):
+        return {"peer": peer, "version": self.version(peer)}
+
+    def module(self, peer, name, implementation, *workloads):
+        """The module, or None once it is recorded missing for each of workloads."""
+        if name not in self.modules:
+            try:
+                self.modules[name] = importlib.import_module(name)
+            except Exception as error:  # noqa: BLE001 - an import failure of any kind is reported, not fatal
+                self.modules[name] = error_text(error)
+        module = self.modules[name]
+        if not isinstance(module, str):
+            return module
+        for workload in workloads:
+            entry = {"workload": workload, "implementation": implementation, **self.tag(peer), "module": name,
+                     "missing": module}
+            if entry not in self.missing:
+                self.missing.append(entry)
+        return None
 
 
 # --- Recurrences: ParaGRU with diagonal recurrence (cells.md) on pre-projected u [B, T, 3H].
@@ -93,53 +182,181 @@ def packed(backend):
     return paraseq.NewtonConfig(max_iters=3, residual_fail=None, scan_backend=backend)._operator_config(eager=True)
 
 
-def compare_gru(time_ms, device, shapes, reps, sequential_up_to):
+def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
     results = []
     for B, T, H in shapes:
         torch.manual_seed(0)
         a = (torch.rand(3, H, device=device) - 0.5)  # |a| <= 0.5
         u = torch.randn(B, T, 3 * H, device=device)
         shape = {"B": B, "T": T, "H": H}
+        forward = {"workload": "gru_forward", **shape}
         with torch.no_grad():
-            states = {}
+            reference = torch.ops.paraseq.para_gru(u, a, None, packed("sequential"), False)[0]
+            agrees = lambda h: {"max_abs_diff_to_paraseq_sequential": max_abs_diff(h, reference)}  # noqa: E731
             for backend in ("sequential", "fused", "scan", "auto"):
-                solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]
-                ms, _ = time_ms(solve, reps)
-                states[backend] = solve()
-                results.append({"workload": "gru_forward", **shape, "implementation": f"paraseq {backend}", "ms": ms,
-                                "max_abs_diff_to_paraseq_sequential": float((states[backend] - states["sequential"]).abs().max())})
-            reference = states.pop("sequential")
-            del states
-            ms, _ = time_ms(lambda: gru_eager_newton(a, u), reps)
-            newton_error = float((gru_eager_newton(a, u) - reference).abs().max())
-            results.append({"workload": "gru_forward", **shape, "implementation": "PyTorch eager Newton K=3 (doubling scan)",
-                            "ms": ms, "max_abs_diff_to_paraseq_sequential": newton_error})
+                solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]  # noqa: E731
+                results.append(measure(time_ms, {**forward, "implementation": f"paraseq {backend}"}, solve, reps, agrees))
+            results.append(measure(time_ms, {**forward, "implementation": "PyTorch eager Newton K=3 (doubling scan)"},
+                                   lambda: gru_eager_newton(a, u), reps, agrees))
             if B * T <= sequential_up_to:
-                ms, _ = time_ms(lambda: gru_sequential(a, u), 1)
-                loop_error = float((gru_sequential(a, u) - reference).abs().max())
-                results.append({"workload": "gru_forward", **shape, "implementation": "PyTorch sequential loop",
-                                "ms": ms, "max_abs_diff_to_paraseq_sequential": loop_error})
+                results.append(measure(time_ms, {**forward, "implementation": "PyTorch sequential loop"},
+                                       lambda: gru_sequential(a, u), 1, agrees))
+            # The seed library's fused Newton operator on the same u and a: the same cell (cells.md), initial guess
+            # f(0, u_t), K = 3 and no residual check.
+            if peers.module("pararnn-torch", "pararnn", "pararnn-torch newton_gru_fused (Triton)", "gru_forward"):
+                fused = lambda: torch.ops.pararnn.newton_gru_fused(u, a[0], a[1], a[2], max_iters=3, omega=1.0)  # noqa: E731
+                results.append(measure(time_ms, {**forward, "implementation": "pararnn-torch newton_gru_fused (Triton)",
+                                                 **peers.tag("pararnn-torch")}, fused, reps, agrees))
+            del reference
             x = torch.randn(B, T, H, device=device)
             gru = torch.nn.GRU(H, H, batch_first=True).to(device)
-            ms, _ = time_ms(lambda: gru(x), reps)
-            results.append({"workload": "gru_forward", **shape, "implementation": "torch.nn.GRU (cuDNN, dense recurrence)"
-                            if device == "cuda" else "torch.nn.GRU (dense recurrence)", "ms": ms})
+            results.append(measure(time_ms, {**forward, "implementation": "torch.nn.GRU (cuDNN, dense recurrence)"
+                                             if device == "cuda" else "torch.nn.GRU (dense recurrence)"},
+                                   lambda: gru(x), reps))
+            del x, gru
         # Forward + backward: paraseq's operator with autograd, against the eager Newton's autograd.
         u_grad, a_grad = u.clone().requires_grad_(), a.clone().requires_grad_()
         weight = torch.randn(B, T, H, device=device)
+        backward = {"workload": "gru_forward_backward", **shape}
         for backend in ("fused", "scan", "sequential"):
             def forward_backward():
                 h, _ = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)
-                torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
-            ms, _ = time_ms(forward_backward, reps)
-            results.append({"workload": "gru_forward_backward", **shape, "implementation": f"paraseq {backend}", "ms": ms})
-        ms, _ = time_ms(lambda: torch.autograd.grad((gru_eager_newton(a_grad, u_grad) * weight).sum(), (u_grad, a_grad)), reps)
-        results.append({"workload": "gru_forward_backward", **shape,
-                        "implementation": "PyTorch eager Newton K=3, autograd", "ms": ms})
+                return torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
+            results.append(measure(time_ms, {**backward, "implementation": f"paraseq {backend}"}, forward_backward, reps))
+        results.append(measure(time_ms, {**backward, "implementation": "PyTorch eager Newton K=3, autograd"},
+                               lambda: torch.autograd.grad((gru_eager_newton(a_grad, u_grad) * weight).sum(),
+                                                           (u_grad, a_grad)), reps))
         floor_bytes = 16 * B * T * H  # read u (3 floats), write h (1 float) per element
-        results.append({"workload": "gru_forward", **shape, "implementation": "HBM floor (read u, write h)",
-                        "bytes": floor_bytes})
-        del u, u_grad, x, gru
+        results.append({**forward, "implementation": "HBM floor (read u, write h)", "bytes": floor_bytes})
+        del u, u_grad, weight
+        results += compare_gru_layer(time_ms, device, shape, reps, peers)
+    return results
+
+
+def compare_gru_layer(time_ms, device, shape, reps, peers):
+    """A GRU layer from its input x [B, T, H]: the projection u = W_x x + b_x (one GEMM) and the recurrence.
+    pararnn-torch's newton_apply takes x and projects inside, so paraseq's operator is timed after the same torch
+    GEMM; both K = 3 without residual checks, each library's automatic backend."""
+    B, T, H = shape["B"], shape["T"], shape["H"]
+    torch.manual_seed(1)
+    x = torch.randn(B, T, H, device=device)
+    W = torch.randn(3 * H, H, device=device) / H ** 0.5
+    bias = torch.randn(3 * H, device=device) * 0.1
+    a = torch.rand(3, H, device=device) - 0.5
+    weight = torch.randn(B, T, H, device=device)
+    forward, backward = {"workload": "gru_layer_forward", **shape}, {"workload": "gru_layer_forward_backward", **shape}
+
+    def paraseq_layer(x, W, bias, a):
+        return torch.ops.paraseq.para_gru(torch.nn.functional.linear(x, W, bias), a, None, packed("auto"), False)[0]
+
+    leaves = [t.clone().requires_grad_() for t in (x, W, bias, a)]
+    paraseq_gradients = lambda: torch.autograd.grad((paraseq_layer(*leaves) * weight).sum(), leaves)  # noqa: E731
+    with torch.no_grad():
+        reference = paraseq_layer(x, W, bias, a)
+        results = [measure(time_ms, {**forward, "implementation": "paraseq auto"}, lambda: paraseq_layer(x, W, bias, a),
+                           reps)]
+    reference_gradients = paraseq_gradients()
+    results.append(measure(time_ms, {**backward, "implementation": "paraseq auto"}, paraseq_gradients, reps))
+
+    name = "pararnn-torch newton_apply"
+    pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
+    if pararnn is None:
+        return results
+    # The same cell: no clamp of a (pararnn's default clamps it to [-0.5, 0.5], which these a already satisfy).
+    cell = pararnn.ParaGRU(H, H, max_recurrent_norm=None, device=device)
+    with torch.no_grad():
+        cell.W_x.weight.copy_(W)
+        cell.W_x.bias.copy_(bias)
+        for gate, row in zip((cell.a_z, cell.a_r, cell.a_n), a):
+            gate.copy_(row)
+    config = pararnn.compile_safe_config(scan_backend="auto")  # K = 3, no residual check or host sync
+
+    def agrees(h):
+        stats = pararnn.NewtonStats()  # the backend "auto" chose, from one more call
+        pararnn.newton_apply(cell, x, config, stats=stats)
+        return {"max_abs_diff_to_paraseq": max_abs_diff(h, reference), "scan_backend": stats.scan_backend}
+
+    x_leaf = x.clone().requires_grad_()
+    parameters = (cell.W_x.weight, cell.W_x.bias, cell.a_z, cell.a_r, cell.a_n)
+
+    def pararnn_gradients():
+        dx, dW, db, *da = torch.autograd.grad((pararnn.newton_apply(cell, x_leaf, config) * weight).sum(),
+                                              (x_leaf, *parameters))
+        return dx, dW, db, torch.stack(da)
+
+    def gradients_agree(gradients):  # relative to each gradient's largest entry: dW and db sum over B T terms
+        return {"max_rel_grad_diff_to_paraseq": max(max_abs_diff(g, r) / float(r.abs().max())
+                                                    for g, r in zip(gradients, reference_gradients))}
+
+    tag = peers.tag("pararnn-torch")
+    with torch.no_grad():
+        results.append(measure(time_ms, {**forward, "implementation": name, **tag},
+                               lambda: pararnn.newton_apply(cell, x, config), reps, agrees))
+    results.append(measure(time_ms, {**backward, "implementation": name, **tag}, pararnn_gradients, reps,
+                           gradients_agree))
+    return results
+
+
+# --- Diagonal linear recurrences h_t = A_t h_{t-1} + b_t (h_{-1} = 0) on [B, T, N].
+
+def compare_scan(time_ms, device, shapes, reps, peers):
+    """paraseq's linear_scan against the peers' diagonal scans, forward and forward + backward (the gradients of
+    sum(h * w) to A and b). A in [0.5, 0.99) keeps h bounded and log A (HGRN's gate) finite. Each peer gets its
+    inputs in its own layout, made before timing; its outputs are brought back for the checks."""
+    results = []
+    for B, T, N in shapes:
+        torch.manual_seed(2)
+        A = 0.5 + 0.49 * torch.rand(B, T, N, device=device)
+        b = torch.randn(B, T, N, device=device)
+        w = torch.randn(B, T, N, device=device)
+        shape = {"B": B, "T": T, "N": N}
+        forward, backward = {"workload": "scan_forward", **shape}, {"workload": "scan_forward_backward", **shape}
+        with torch.no_grad():
+            reference = paraseq.linear_scan(A, b)
+            results.append(measure(time_ms, {**forward, "implementation": "paraseq linear_scan"},
+                                   lambda: paraseq.linear_scan(A, b), reps))
+        leaves = (A.clone().requires_grad_(), b.clone().requires_grad_())
+        scan_gradients = lambda: torch.autograd.grad((paraseq.linear_scan(*leaves) * w).sum(), leaves)  # noqa: E731
+        reference_gradients = scan_gradients()
+        results.append(measure(time_ms, {**backward, "implementation": "paraseq linear_scan"}, scan_gradients, reps))
+        results.append({**forward, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * B * T * N})
+
+        def peer_scan(peer, module_name, implementation, scan, inputs, w_in_layout, h_back, gradients_back):
+            """scan(module, *inputs) -> h in the peer's layout; h_back(h) and gradients_back(gradients of inputs)
+            -> (dA, db) bring them to paraseq's for the checks."""
+            module = peers.module(peer, module_name, implementation, forward["workload"], backward["workload"])
+            if module is None:
+                return
+            tag = {"implementation": implementation, **peers.tag(peer)}
+            with torch.no_grad():
+                results.append(measure(time_ms, {**forward, **tag}, lambda: scan(module, *inputs), reps, lambda h: {
+                    "max_abs_diff_to_paraseq": max_abs_diff(h_back(h), reference)}))
+            peer_leaves = [t.clone().requires_grad_() for t in inputs]
+            gradients = lambda: torch.autograd.grad((scan(module, *peer_leaves) * w_in_layout).sum(), peer_leaves)  # noqa: E731
+            results.append(measure(time_ms, {**backward, **tag}, gradients, reps, lambda g: {
+                "max_abs_diff_to_paraseq": max(max_abs_diff(x, r) for x, r in zip(gradients_back(g), reference_gradients))}))
+
+        # pararnn-torch: its Triton operator pararnn::scan_diag, which has no autograd (its gradients go through
+        # newton_apply); on the CPU also its eager Blelloch scan, its path there.
+        same = lambda t: t  # noqa: E731
+        for backend in ("triton",) + (("eager",) if device == "cpu" else ()):
+            peer_scan("pararnn-torch", "pararnn.solvers.scan", f"pararnn-torch scan_diag ({backend})",
+                      lambda module, *inputs: module.scan_diag(*inputs, backend=backend), (A, b), w, same, tuple)
+        # accelerated-scan takes [B, N, T] (time last). warp (CUDA C++, compiled when imported) takes a power-of-two
+        # 32 <= T <= 65536 and refuses other T; scalar (Triton) any T; ref (its PyTorch reference) runs on the CPU.
+        gates, tokens, w_time_last = (t.transpose(1, 2).contiguous() for t in (A, b, w))
+        time_back = lambda t: t.transpose(1, 2)  # noqa: E731
+        for kind in ("warp", "scalar") + (("ref",) if device == "cpu" else ()):
+            peer_scan("accelerated-scan", f"accelerated_scan.{kind}", f"accelerated-scan {kind}",
+                      lambda module, *inputs: module.scan(*inputs), (gates, tokens), w_time_last, time_back,
+                      lambda g: tuple(map(time_back, g)))
+        # flash-linear-attention's HGRN kernels: h_t = exp(g_t) h_{t-1} + x_t, so x = b, g = log A and dA = dg / A.
+        log_A = A.log()
+        for kernel in ("chunk_hgrn", "fused_recurrent_hgrn"):
+            peer_scan("flash-linear-attention", "fla.ops.hgrn", f"flash-linear-attention {kernel}",
+                      lambda module, *inputs: getattr(module, kernel)(*inputs)[0], (b, log_A), w, same,
+                      lambda g: (g[1] / A, g[0]))
+        del A, b, w, leaves, reference, reference_gradients, gates, tokens, w_time_last, log_A
     return results
 
 
@@ -163,7 +380,7 @@ def rk4_loop(field, y, dt, steps):
     return y
 
 
-def compare_ode(time_ms, device, N, steps, compiled_steps, reps):
+def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
     torch.manual_seed(0)
     y0 = torch.rand(N, 2, device=device) * 2 - 1
     k = torch.rand(N, device=device) * 3 + 1
@@ -172,32 +389,46 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps):
     field = oscillator(k, c)
     ends = torch.tensor([0.0, t_end], dtype=torch.float64)
     shape = {"N": N, "steps": steps}
+    fixed, adaptive = {"workload": "rk4_fixed", **shape}, {"workload": "dopri5_adaptive", **shape}
     results = []
     with torch.no_grad():
         oscillators = paraseq.fields.DampedOscillator(k, c)
-        run = lambda: paraseq.odeint(oscillators, y0, ends, method="rk4", step_size=dt)[-1]
-        ms, _ = time_ms(run, reps)
+        run = lambda: paraseq.odeint(oscillators, y0, ends, method="rk4", step_size=dt)[-1]  # noqa: E731
         reference = run()
-        results.append({"workload": "rk4_fixed", **shape, "implementation": "paraseq odeint rk4", "ms": ms})
-        ms, _ = time_ms(lambda: rk4_loop(field, y0, dt, steps), 1)
-        results.append({"workload": "rk4_fixed", **shape, "implementation": "PyTorch eager RK4 loop", "ms": ms,
-                        "max_abs_diff_to_paraseq": float((rk4_loop(field, y0, dt, steps) - reference).abs().max())})
-        run = lambda: paraseq.odeint(oscillators, y0, ends, method="dopri5", rtol=1e-6, atol=1e-8)[-1]
-        ms, _ = time_ms(run, reps)
-        adaptive = run()
-        results.append({"workload": "dopri5_adaptive", **shape, "implementation": "paraseq odeint dopri5", "ms": ms,
-                        "max_abs_diff_to_rk4_dt_0.01": float((adaptive - reference).abs().max())})
-        try:
-            import torchdiffeq
-            t = ends.to(device=device, dtype=y0.dtype)
-            fixed = lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1]
-            ms, _ = time_ms(fixed, 1)
-            results.append({"workload": "rk4_fixed", **shape, "implementation": "torchdiffeq rk4", "ms": ms,
-                            "max_abs_diff_to_paraseq": float((fixed() - reference).abs().max())})
-            ms, _ = time_ms(lambda: torchdiffeq.odeint(field, y0, t, method="dopri5", rtol=1e-6, atol=1e-8), 1)
-            results.append({"workload": "dopri5_adaptive", **shape, "implementation": "torchdiffeq dopri5", "ms": ms})
-        except ImportError:
-            results.append({"workload": "rk4_fixed", "implementation": "torchdiffeq", "missing": "not installed"})
+        results.append(measure(time_ms, {**fixed, "implementation": "paraseq odeint rk4"}, run, reps))
+        to_paraseq = lambda y: {"max_abs_diff_to_paraseq": max_abs_diff(y, reference)}  # noqa: E731
+        to_rk4 = lambda y: {"max_abs_diff_to_rk4_dt_0.01": max_abs_diff(y, reference)}  # noqa: E731
+        results.append(measure(time_ms, {**fixed, "implementation": "PyTorch eager RK4 loop"},
+                               lambda: rk4_loop(field, y0, dt, steps), 1, to_paraseq))
+        results.append(measure(time_ms, {**adaptive, "implementation": "paraseq odeint dopri5"},
+                               lambda: paraseq.odeint(oscillators, y0, ends, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
+                               reps, to_rk4))
+        t = ends.to(device=device, dtype=y0.dtype)
+        torchdiffeq = peers.module("torchdiffeq", "torchdiffeq", "torchdiffeq", "rk4_fixed", "dopri5_adaptive")
+        if torchdiffeq is not None:
+            tag = peers.tag("torchdiffeq")
+            results.append(measure(time_ms, {**fixed, "implementation": "torchdiffeq rk4", **tag},
+                                   lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
+                                   1, to_paraseq))
+            results.append(measure(time_ms, {**adaptive, "implementation": "torchdiffeq dopri5", **tag},
+                                   lambda: torchdiffeq.odeint(field, y0, t, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
+                                   1, to_rk4))
+        # torchode steps each trajectory on its own, as paraseq does. It has no RK4: the fixed-step workload runs
+        # its Tsit5 (5th order) at the same dt, as diffrax's does.
+        torchode = peers.module("torchode", "torchode", "torchode", "rk4_fixed", "dopri5_adaptive")
+        if torchode is not None:
+            tag = peers.tag("torchode")
+            term = torchode.ODETerm(field)
+            dt0 = torch.full((N,), dt, device=device, dtype=y0.dtype)
+            results.append(measure(time_ms, {**fixed, "implementation": "torchode Tsit5, constant dt 0.01", **tag},
+                                   lambda: torchode.solve_ivp(term, y0, t, method="tsit5", dt0=dt0,
+                                                              controller=torchode.FixedStepController()).ys[:, -1],
+                                   reps, to_rk4))
+            controller = torchode.IntegralController(atol=1e-8, rtol=1e-6, term=term)
+            results.append(measure(time_ms, {**adaptive, "implementation": "torchode Dopri5 + integral controller",
+                                             **tag},
+                                   lambda: torchode.solve_ivp(term, y0, t, method="dopri5", controller=controller).ys[:, -1],
+                                   reps, to_rk4))
 
         # The seed's compiled-loop approach: the loop unrolled into one graph, compiled with fullgraph.
         short = {"N": N, "steps": compiled_steps}
@@ -255,9 +486,11 @@ def diffrax_in_subprocess(N, steps, reps):
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     done = subprocess.run([sys.executable, "-c", DIFFRAX, str(N), str(steps), str(reps)], capture_output=True, text=True,
                           env=env)
-    if done.returncode != 0:
-        reason = "not installed" if "ModuleNotFoundError" in done.stderr else done.stderr.strip().splitlines()[-1:]
-        return [{"workload": "rk4_fixed", "implementation": "diffrax", "missing": reason}]
+    if done.returncode != 0:  # the last line of the traceback: the import error, or what diffrax raised
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        outcome = "missing" if reason.startswith(("ModuleNotFoundError", "ImportError")) else "refused"
+        return [{"workload": workload, "implementation": "diffrax", outcome: reason}
+                for workload in ("rk4_fixed", "dopri5_adaptive")]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -269,39 +502,61 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
+SECTIONS = ("gru", "scan", "ode")
+
+
+def shapes(text):
+    return [tuple(int(x) for x in shape.split("x")) for shape in text.split(",")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: checks that every comparison runs")
-    parser.add_argument("--gru-shapes", default="16x4096x1024,8x16384x512",
+    parser.add_argument("--gru-shapes", default="16x4096x1024,8x16384x512,1x65536x256,1x262144x1,1x1048576x64,4x262144x128",
                         help="B x T x H shapes of the recurrence comparison, comma separated")
+    parser.add_argument("--scan-shapes", default="16x4096x1024,1x65536x256,1x262144x1,1x1048576x64,4x262144x128",
+                        help="B x T x N shapes of the diagonal linear scan comparison, comma separated")
     parser.add_argument("--compiled-steps", type=int, default=32,
                         help="steps of the unrolled loop given to torch.compile (its cold compile grows with them)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"the comparisons to run, comma separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    sections = args.sections.split(",")
+    if not set(sections) <= set(SECTIONS):
+        parser.error(f"--sections: {args.sections!r} names a section other than {', '.join(SECTIONS)}")
     device, time_ms = args.device, timer(args.device)
     if args.quick:
-        gru_shapes, ode_N, reps, sequential_up_to, copy_elements = [(2, 64, 16)], 256, 2, 1 << 30, 1 << 20
+        gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
+        sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
-        gru_shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.gru_shapes.split(",")]
-        ode_N, reps, sequential_up_to, copy_elements = 1 << 20, 5, 16 * 4096, 1 << 28
+        gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
+        sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
-              "paraseq_kokkos": torch.ops.paraseq.kokkos_configuration().splitlines()[:3]}
+              "paraseq_kokkos": torch.ops.paraseq.kokkos_configuration().splitlines()[:3],
+              "peers": {peer: Peers.version(peer) or "not installed" for peer in PEERS}}
     report["copy_GBps"] = copy_gbps(time_ms, device, copy_elements)
-    results = compare_gru(time_ms, device, gru_shapes, reps, sequential_up_to)
-    results += compare_ode(time_ms, device, ode_N, 1000 if not args.quick else 20, args.compiled_steps if not args.quick else 4,
-                           reps)
+    peers, results = Peers(), []
+    if "gru" in sections:
+        results += compare_gru(time_ms, device, gru_shapes, reps, sequential_up_to, peers)
+    if "scan" in sections:
+        results += compare_scan(time_ms, device, scan_shapes, reps, peers)
+    if "ode" in sections:
+        results += compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers)
+    results += peers.missing
     for entry in results:
         if "bytes" in entry:
             entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
     report["results"] = results
     for entry in results:
         shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "N", "steps") if key in entry)
-        timing = f"{entry['ms']:10.3f} ms" if "ms" in entry else f"missing: {entry.get('missing')}"
+        outcome = next((key for key in ("missing", "refused") if key in entry), None)
+        timing = f"{outcome}: {entry[outcome]}" if outcome else f"{entry['ms']:10.3f} ms"
         cold = f"  cold {entry['cold_compile_s']:.1f} s" if "cold_compile_s" in entry else ""
-        diffs = "".join(f"  {key} {value:.2e}" for key, value in entry.items() if key.startswith("max_abs_diff"))
-        print(f"{entry['workload']:22} {shape:28} {entry['implementation']:45} {timing}{cold}{diffs}")
+        diffs = "".join(f"  {key} {value:.2e}" for key, value in entry.items() if key.startswith("max_"))
+        print(f"{entry['workload']:26} {shape:28} {entry['implementation']:45} {timing}{cold}{diffs}")
     if args.out:
         with open(args.out, "w") as out:
             json.dump(report, out, indent=1)

@@ -9,7 +9,9 @@
 #
 # OUT_DIR receives build.log, pytest.log, compare.json/.log and torch-cuda.json/.log. Environment:
 # PARASEQ_TEST_DEVICES (default cuda; CI covers cpu), PARASEQ_COMPARE_ARGS (default: the anchor
-# shape (16, 4096, 1024) and an 8-step unrolled loop, whose cold compile stays short).
+# shape (16, 4096, 1024) for the GRU and the scan, and an 8-step unrolled loop, whose cold compile
+# stays short). A PYTHONPATH set by the caller is kept after the repository's python/: that is where
+# the peer libraries compare.py measures are found (docs/performance.md).
 set -euo pipefail
 usage="usage: tools/gpu_torch_check.sh KOKKOS_PREFIX OUT_DIR"
 kokkos=${1:?$usage}
@@ -24,13 +26,13 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="
   -DPARASEQ_ENABLE_TESTS=OFF -DPARASEQ_ENABLE_BENCHMARKS=OFF -DPARASEQ_ENABLE_EXAMPLES=OFF >"$out/build.log" 2>&1
 cmake --build "$build" -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
 
-export PARASEQ_TORCH_LIBRARY=$build/src/adapters/torch/libparaseq_torch.so PYTHONPATH=$repo/python
+export PARASEQ_TORCH_LIBRARY=$build/src/adapters/torch/libparaseq_torch.so PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
 status=0
 PARASEQ_TEST_DEVICES=${PARASEQ_TEST_DEVICES:-cuda} python3 -m pytest -q -p no:cacheprovider -rfE "$repo/python/tests" \
   >"$out/pytest.log" 2>&1 || status=1
 tail -n 5 "$out/pytest.log"
 # shellcheck disable=SC2086 # PARASEQ_COMPARE_ARGS is a list of arguments
-python3 "$repo/perf_tests/compare.py" ${PARASEQ_COMPARE_ARGS:---gru-shapes 16x4096x1024 --compiled-steps 8} \
+python3 "$repo/perf_tests/compare.py" ${PARASEQ_COMPARE_ARGS:---gru-shapes 16x4096x1024 --scan-shapes 16x4096x1024 --compiled-steps 8} \
   --out "$out/compare.json" >"$out/compare.log" 2>&1 || status=1
 tail -n 25 "$out/compare.log"
 python3 "$repo/perf_tests/torch_check.py" --device cuda --out "$out/torch-cuda.json" >"$out/torch-cuda.log" 2>&1 || status=1

@@ -20,9 +20,10 @@ PEER_WORKLOADS = {
     "torchode": {"rk4_fixed", "dopri5_adaptive"},
     "torchdiffeq": {"rk4_fixed", "dopri5_adaptive"},
 }
-# Triton and CUDA kernels: on the CPU they refuse (where their module imports at all).
-CUDA_ONLY = {"pararnn-torch newton_gru_fused (Triton)", "pararnn-torch scan_diag (triton)", "accelerated-scan scalar",
-             "flash-linear-attention chunk_hgrn", "flash-linear-attention fused_recurrent_hgrn"}
+# Triton and CUDA kernels: on the CPU they refuse, where their module imports at all (accelerated_scan.warp
+# compiles its CUDA source when imported, which needs the CUDA toolkit).
+CUDA_ONLY = {"pararnn-torch newton_gru_fused (Triton)", "pararnn-torch scan_diag (triton)", "accelerated-scan warp",
+             "accelerated-scan scalar", "flash-linear-attention chunk_hgrn", "flash-linear-attention fused_recurrent_hgrn"}
 IMPORT_ERRORS = r"""
 import importlib, json, sys
 errors = {}

@@ -34,7 +34,7 @@ import paraseq
 
 def timer(device):
     """Returns time_ms(fn, reps, warmed=False) -> (median ms, samples): a warm-up call unless warmed, then up
-    to reps timed calls (one when that call takes more than a second: its median would take minutes)."""
+    to reps timed calls (one when that call takes more than a second, as the long sequential loops do)."""
     def one_call(fn):
         if device == "cuda":
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -72,8 +72,8 @@ print("phases:", report["phases"])
 EOF
 
 if [[ -n $baseline ]]; then # built while the tests run: its build time is not measured
-  mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline
-  (configure /tmp/baseline /tmp/build-baseline >/tmp/baseline.log 2>&1 &&
+  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
+    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
     ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc) &
 fi
 
@@ -84,17 +84,18 @@ PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH
   timeout 600 python3 -m pytest -q -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
 tail -n 3 "$out/pytest-cuda.log"
 
-# The target benchmarks of docs/performance.md, this tree and the baseline alternating.
+# The target benchmarks of docs/performance.md: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
 }
+# Both trees are measured on an idle host: the baseline's build has finished first.
+wait || true
 bench "$build" "$out/bench.json"
 if [[ -n $baseline ]]; then
-  wait || true
   if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
     bench /tmp/build-baseline "$out/bench-baseline.json"
   else

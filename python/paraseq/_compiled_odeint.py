@@ -86,6 +86,27 @@ def _discovered_description():
             "compile_options": [], "link_libraries": [str(library)], "cxx_compiler": None}
 
 
+# An extension compiles its own field on the header path: its <paraseq/config.hpp> declares none of
+# the library's compiled instances (which the build tree generates next to its own headers).
+EXTENSION_CONFIG = """#pragma once
+// Written by paraseq's compiled path (python/paraseq/_compiled_odeint.py) for generated extensions.
+#define PARASEQ_ETI 0
+#define PARASEQ_ETI_ONLY 0
+"""
+
+
+def _extension_config():
+    """The include directory of the extensions' paraseq/config.hpp."""
+    directory = cache_dir() / "include-config"
+    config = directory / "paraseq" / "config.hpp"
+    if not config.is_file() or config.read_text() != EXTENSION_CONFIG:
+        config.parent.mkdir(parents=True, exist_ok=True)
+        temporary = config.with_name(f"config.hpp.{os.getpid()}")
+        temporary.write_text(EXTENSION_CONFIG)
+        os.replace(temporary, config)
+    return directory
+
+
 @functools.lru_cache(maxsize=None)
 def build_settings():
     """(compiler command, compile flags, link flags, text of everything a compile depends on)."""
@@ -118,7 +139,7 @@ def build_settings():
         os.replace(temporary, link)
     compile_flags = ["-std=c++20", "-O2", "-fPIC", "-DNDEBUG",
                      f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-                     f"-I{include}", f"-I{source / 'adapters' / 'torch'}"]
+                     f"-I{include}", f"-I{_extension_config()}", f"-I{source / 'adapters' / 'torch'}"]
     compile_flags += [f"-I{d}" for d in description["include_dirs"]]
     compile_flags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
     compile_flags += [f"-D{d}" for d in description["compile_definitions"]] + list(description["compile_options"])

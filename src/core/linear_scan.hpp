@@ -28,6 +28,7 @@
 #include <paraseq/config.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <type_traits>
 
@@ -230,6 +231,7 @@ template <class Acc = void, class ExecSpace, class Structure, class AView, class
   requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
 void linear_scan(const ExecSpace& space, Structure, const AView& A, const BView& b, const HView& h, const H0View& h0,
                  const ScanConfig& config = {}) {
+  const Kokkos::Profiling::ScopedRegion region("paraseq::linear_scan"); // what profiling tools show
   detail::check_scan_views<Structure, ExecSpace, AView, BView, HView>();
   using acc_t = detail::accumulation_t<Acc, BView>;
   using T = typename BView::non_const_value_type;
@@ -265,6 +267,7 @@ void linear_scan(const ExecSpace& space, Structure structure, const AView& A, co
 template <class Acc = void, class ExecSpace, class Structure, class AView, class GView, class LView>
 void linear_scan_reverse(const ExecSpace& space, Structure, const AView& A, const GView& g, const LView& lambda,
                          const ScanConfig& config = {}) {
+  const Kokkos::Profiling::ScopedRegion region("paraseq::linear_scan_reverse");
   detail::check_scan_views<Structure, ExecSpace, AView, GView, LView>();
   using acc_t = detail::accumulation_t<Acc, GView>;
   using T = typename GView::non_const_value_type;

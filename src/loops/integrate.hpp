@@ -27,6 +27,7 @@
 // in between recomputed: see gradient_workspace_bytes() for the memory. Adaptive gradients run the
 // forward loop twice (once to count steps, once to checkpoint) before the backward pass.
 
+#include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/team_policy.hpp>
 #include <paraseq/loops/field.hpp>
@@ -35,6 +36,7 @@
 #include <paraseq/loops/tableaus.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -479,11 +481,15 @@ void run_stepped(const Space& space, Kernel kernel, int begin, int end, int fixe
   }
 }
 
-template <CompiledModes Modes, class Kernel, class Space, class Observer>
-void run_forward(const Space& space, const Kernel& kernel, int begin, int end, LoopMode mode, int fixed_steps,
-                 const Observer& observer) {
-  if (Modes == CompiledModes::fused_only || mode == LoopMode::fused) run_fused(space, kernel, begin, end);
-  else if constexpr (Modes == CompiledModes::all) run_stepped(space, kernel, begin, end, fixed_steps, observer);
+// The loop kernels a pass compiles: a call of CompiledModes::all picks one of two passes at run
+// time, so that its fused pass is the same function as a CompiledModes::fused_only call's (for a
+// built-in field, the paraseq library's compiled instance: cmake/paraseqInstances.cmake).
+enum class Loop { fused, stepped };
+
+template <Loop L, class Kernel, class Space, class Observer>
+void run_forward(const Space& space, const Kernel& kernel, int begin, int end, int fixed_steps, const Observer& observer) {
+  if constexpr (L == Loop::fused) run_fused(space, kernel, begin, end);
+  else run_stepped(space, kernel, begin, end, fixed_steps, observer);
 }
 
 // Refuses a loop mode that the call did not compile.
@@ -544,24 +550,24 @@ void summarize(const std::string& fn, const Space& space, Report<Mem>& report, b
                              ", stopped with status " + status_name(report.first_failed_status));
 }
 
-// The forward loop over all N trajectories, with its report (see summarize). The fused mode keeps
-// each trajectory's carry in registers and allocates only the report; the stepped mode keeps the
+// The forward loop over all N trajectories, with its report (see summarize). The fused loop keeps
+// each trajectory's carry in registers and allocates only the report; the stepped loop keeps the
 // carries in Views between launches, and the report is the carry's status and step counts.
-template <class Method, CompiledModes Modes, class Field, class T, class Space, class Stepping, class Observer>
+template <class Method, Loop L, class Field, class T, class Space, class Stepping, class Observer>
 Report<typename Space::memory_space> forward_pass(const std::string& fn, const Space& space, const Field& field, int n,
                                                   int N, const ForwardData<T>& data, const Stepping& stepping,
-                                                  LoopMode mode, const Observer& observer, bool throw_on_failure,
-                                                  Staging<Space>& staging, WorkspaceArena* arena = nullptr) {
-  int fixed_steps = 0;
-  if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
+                                                  const Observer& observer, bool throw_on_failure,
+                                                  Staging<Space>& staging, WorkspaceArena* arena) {
   Report<typename Space::memory_space> report;
   with_capacity<Field, Space>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
-    if (Modes == CompiledModes::fused_only || mode == LoopMode::fused) {
+    if constexpr (L == Loop::fused) {
       report = allocate_report(space, N, arena);
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, false>;
       run_fused(space, Kernel{field, n, data, stepping, {}, {}, 0, N, 0, report_rows<Space>(report)}, 0, N);
-    } else if constexpr (Modes == CompiledModes::all) {
+    } else {
+      int fixed_steps = 0;
+      if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
       CarryViews<T, Space> carry(space, N, n);
       report = {carry.status, carry.step, carry.rejected};
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, true>;
@@ -647,6 +653,85 @@ int check_problem(const std::string& fn, const Space& space, const Problem<Field
   return n;
 }
 
+// The cotangents and gradients of solve_with_gradient, as its backward kernels read them.
+template <class T>
+struct GradientViews {
+  Strided2<const T> final_bar;    // [N, n]
+  Strided3<const T> observed_bar; // [N, n_obs, n]
+  Strided2<T> y0_bar;             // [N, n]
+  Strided2<T> params_bar;         // [N, P]
+  int parameters = 0;             // P
+};
+
+// The passes of solve_with_gradient over all N trajectories: (adaptive steps) a forward loop that
+// finds the longest mesh, then per chunk of trajectories a checkpointing forward loop and the
+// backward loop. Writes the gradients and the shared parameters' gradient rows summed into
+// shared_total [Q]; returns the report (not yet summarized).
+template <class Method, Loop L, bool OwnGradients, class Field, class T, class Space, class Stepping>
+Report<typename Space::memory_space>
+gradient_pass(const std::string& fn, const Space& space, const Field& field, int n, int N, const ForwardData<T>& data,
+              const Stepping& stepping, const GradientViews<T>& gradients, const SolveOptions& options,
+              Staging<Space>& staging, const Kokkos::View<double*, typename Space::memory_space>& shared_total) {
+  using Mem = typename Space::memory_space;
+  constexpr bool adaptive = Stepping::adaptive;
+  const int shared_rows = int(shared_total.extent(0));
+  // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
+  Report<Mem> report;
+  if constexpr (adaptive)
+    report = forward_pass<Method, L>(fn, space, field, n, N, data, stepping, NoObserver{}, true, staging, nullptr);
+  else report = allocate_report(space, N);
+
+  with_capacity<Field, Space>(n, [&](auto capacity) {
+    constexpr int C = decltype(capacity)::value;
+    int most_steps = report.max_accepted;
+    if constexpr (!adaptive) most_steps = stepping.steps;
+    const int interval = checkpoint_interval(options.checkpoint_interval, most_steps);
+    const std::size_t per_trajectory = gradient_workspace_bytes<T>(adaptive, n, most_steps, interval, shared_rows);
+    require(per_trajectory <= options.max_gradient_workspace_bytes, fn, "options.max_gradient_workspace_bytes",
+            "value " + std::to_string(options.max_gradient_workspace_bytes),
+            "at least " + std::to_string(per_trajectory) + " bytes, the workspace of one trajectory");
+    const int chunk = int(std::min<std::size_t>(std::max<long>(N, 1), options.max_gradient_workspace_bytes / per_trajectory));
+
+    CarryViews<T, Space> carry(space, chunk, n);
+    Checkpoints<T, Space> checkpoints(space, adaptive, chunk, most_steps / interval + 1, interval, n);
+    using Layout = typename Space::array_layout;
+    BackwardData<T, Space> grads{gradients.final_bar,
+                                 gradients.observed_bar,
+                                 gradients.y0_bar,
+                                 gradients.params_bar,
+                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::shared_rows", chunk, shared_rows),
+                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::lambda", chunk, n),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_step", chunk),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_observation", chunk),
+                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_segment", chunk),
+                                 gradients.parameters};
+    using ForwardKernel = Forward<Method, Field, T, C, Space, Stepping, true>;
+    using BackwardKernel = Backward<Method, Field, T, C, Space, Stepping, OwnGradients>;
+
+    for (int begin = 0; begin < int(N); begin += chunk) {
+      const int end = std::min<int>(int(N), begin + chunk);
+      run_forward<L>(space,
+                     ForwardKernel{field, n, data, stepping, carry, checkpoints, begin, end, 0, report_rows<Space>(report)},
+                     begin, end, most_steps, NoObserver{});
+      if (!adaptive && L == Loop::stepped) { // the report of fixed steps comes chunk by chunk
+        auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
+        Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
+        Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
+        Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
+      }
+      BackwardKernel backward{field, n, data, stepping, carry, checkpoints, grads, begin, 0};
+      Kokkos::parallel_for("paraseq::ode::backward_init",
+                           trajectory_policy<false, Space, typename BackwardKernel::InitTag>(space, begin, end), backward);
+      backward.iterations = L == Loop::fused ? INT_MAX : 1;
+      const int launches = L == Loop::fused ? 1 : most_steps;
+      for (int launch = 0; launch < launches; ++launch)
+        Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, begin, end), backward);
+      if (shared_rows > 0) add_rows(space, grads.shared_bar, end - begin, shared_total);
+    }
+  });
+  return report;
+}
+
 template <class Method, class Space, class Field, class Y0, class Params, class Shared, class Steps>
 constexpr void check_types() {
   using T = value_t<Y0>;
@@ -683,6 +768,7 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
   static_assert(view_fits<Space, T, 3, true, Observed>(),
                 "paraseq::ode::solve: outputs.observed must be a writable rank-3 View [N, n_obs, n] of y0's value type");
   const std::string fn = "paraseq::ode::solve";
+  const Kokkos::Profiling::ScopedRegion region(fn);
   static_assert(Modes == CompiledModes::all || std::is_same_v<Observer, NoObserver>,
                 "paraseq::ode::solve: an observer needs LoopMode::stepped, which CompiledModes::fused_only does not compile");
   const int n = check_problem(fn, space, problem, steps, outputs, options);
@@ -708,8 +794,13 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, staging, steps);
     else return build_control<Method, T>(fn, staging, steps, n);
   }();
-  return forward_pass<Method, Modes>(fn, space, problem.field, n, N, data, stepping, options.mode, observer,
-                              options.on_failure == OnFailure::throw_exception, staging, &arena);
+  const bool throw_on_failure = options.on_failure == OnFailure::throw_exception;
+  if constexpr (Modes == CompiledModes::all)
+    if (options.mode == LoopMode::stepped)
+      return forward_pass<Method, Loop::stepped>(fn, space, problem.field, n, N, data, stepping, observer,
+                                                 throw_on_failure, staging, &arena);
+  return forward_pass<Method, Loop::fused>(fn, space, problem.field, n, N, data, stepping, NoObserver{}, throw_on_failure,
+                                           staging, &arena);
 }
 
 // solve(), then the gradients of a loss L through the discrete steps: given the cotangents
@@ -748,6 +839,7 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
   constexpr bool own_gradients = is_given_v<ParamsBar>;
 
   const std::string fn = "paraseq::ode::solve_with_gradient";
+  const Kokkos::Profiling::ScopedRegion region(fn);
   const int n = check_problem(fn, space, problem, steps, outputs, options);
   check_loop_mode<Modes>(fn, options.mode);
   const long N = long(problem.y0.extent(0)), observations = long(steps.observation_times.size());
@@ -768,73 +860,30 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
                       strided1<const T>(problem.shared), strided2<T>(outputs.final_state),
                       strided3<T>(outputs.observed),     int(observations),
                       parameter_count(problem.params)};
+  const GradientViews<T> gradient_views{strided2<const T>(cotangents.final_state), strided3<const T>(cotangents.observed),
+                                        strided2<T>(gradients.y0), strided2<T>(gradients.params), P};
   Staging<Space> staging(space);
   const auto stepping = [&] {
     if constexpr (adaptive) return build_control<Method, T>(fn, staging, steps, n);
     else return build_mesh<T>(fn, staging, steps);
   }();
-  using Stepping = std::decay_t<decltype(stepping)>;
-
-  // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
-  Report<Mem> report;
-  if constexpr (adaptive)
-    report = forward_pass<Method, Modes>(fn, space, problem.field, n, int(N), data, stepping, options.mode, NoObserver{}, true,
-                                  staging);
-  else report = allocate_report(space, N);
   Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
-
-  with_capacity<Field, Space>(n, [&](auto capacity) {
-    constexpr int C = decltype(capacity)::value;
-    int most_steps = report.max_accepted;
-    if constexpr (!adaptive) most_steps = stepping.steps;
-    const int interval = checkpoint_interval(options.checkpoint_interval, most_steps);
-    const std::size_t per_trajectory = gradient_workspace_bytes<T>(adaptive, n, most_steps, interval, shared_rows);
-    require(per_trajectory <= options.max_gradient_workspace_bytes, fn, "options.max_gradient_workspace_bytes",
-            "value " + std::to_string(options.max_gradient_workspace_bytes),
-            "at least " + std::to_string(per_trajectory) + " bytes, the workspace of one trajectory");
-    const int chunk = int(std::min<std::size_t>(std::max<long>(N, 1), options.max_gradient_workspace_bytes / per_trajectory));
-
-    CarryViews<T, Space> carry(space, chunk, n);
-    Checkpoints<T, Space> checkpoints(space, adaptive, chunk, most_steps / interval + 1, interval, n);
-    using Layout = typename Space::array_layout;
-    BackwardData<T, Space> grads{strided2<const T>(cotangents.final_state),
-                                 strided3<const T>(cotangents.observed),
-                                 strided2<T>(gradients.y0),
-                                 strided2<T>(gradients.params),
-                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::shared_rows", chunk, shared_rows),
-                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::lambda", chunk, n),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_step", chunk),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_observation", chunk),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_segment", chunk),
-                                 P};
-    using ForwardKernel = Forward<Method, Field, T, C, Space, Stepping, true>;
-    using BackwardKernel = Backward<Method, Field, T, C, Space, Stepping, own_gradients>;
-
-    for (int begin = 0; begin < int(N); begin += chunk) {
-      const int end = std::min<int>(int(N), begin + chunk);
-      run_forward<Modes>(space,
-                  ForwardKernel{problem.field, n, data, stepping, carry, checkpoints, begin, end, 0,
-                                report_rows<Space>(report)},
-                  begin, end, options.mode, most_steps, NoObserver{});
-      if (!adaptive && options.mode == LoopMode::stepped) { // the report of fixed steps comes chunk by chunk
-        auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
-        Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
-        Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
-        Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
-      }
-      BackwardKernel backward{problem.field, n, data, stepping, carry, checkpoints, grads, begin, 0};
-      Kokkos::parallel_for("paraseq::ode::backward_init",
-                           trajectory_policy<false, Space, typename BackwardKernel::InitTag>(space, begin, end), backward);
-      backward.iterations = options.mode == LoopMode::fused ? INT_MAX : 1;
-      const int launches = options.mode == LoopMode::fused ? 1 : most_steps;
-      for (int launch = 0; launch < launches; ++launch)
-        Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, begin, end), backward);
-      if (shared_rows > 0) add_rows(space, grads.shared_bar, end - begin, shared_total);
-    }
-  });
+  Report<Mem> report;
+  if constexpr (Modes == CompiledModes::all)
+    if (options.mode == LoopMode::stepped)
+      report = gradient_pass<Method, Loop::stepped, own_gradients>(fn, space, problem.field, n, int(N), data, stepping,
+                                                                   gradient_views, options, staging, shared_total);
+  if (Modes == CompiledModes::fused_only || options.mode == LoopMode::fused)
+    report = gradient_pass<Method, Loop::fused, own_gradients>(fn, space, problem.field, n, int(N), data, stepping,
+                                                             gradient_views, options, staging, shared_total);
   if constexpr (is_given_v<SharedBar>) convert(space, shared_total, gradients.shared);
   summarize(fn, space, report, true, &staging);
   return report;
 }
 
 } // namespace paraseq::ode
+
+// The built-in fields' fused loops are compiled into the paraseq library (cmake/paraseqInstances.cmake).
+#if PARASEQ_ETI
+#include <paraseq/eti/integrate_instances.hpp>
+#endif

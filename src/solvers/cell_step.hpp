@@ -13,6 +13,7 @@
 #include <paraseq/solvers/newton.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <type_traits>
 
@@ -39,6 +40,7 @@ template <class Acc = void, class ExecSpace, class Cell, class UView, class HPre
   requires(Kokkos::is_view_v<HPrevView> || std::is_same_v<HPrevView, ZeroInitialState>)
 void cell_step(const ExecSpace& space, const Cell& cell, const UView& u, const HPrevView& h_prev, const HView& h) {
   constexpr const char* fn = "paraseq::cell_step";
+  const Kokkos::Profiling::ScopedRegion region(fn);
   static_assert(Kokkos::is_view_v<UView> && UView::rank == 2 && Kokkos::is_view_v<HView> && HView::rank == 2,
                 "paraseq::cell_step: u and h must be rank-2 Views [B, *]");
   // Named here, so that errors speak of cell_step's arguments rather than of the solve's.

@@ -53,6 +53,7 @@
 #include <paraseq/solvers/newton_kernels.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -329,6 +330,7 @@ template <class Acc = void, class ExecSpace, class Cell, class UView, class HVie
 void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
                   const NewtonConfig& config = {}, const H0View& h0 = {},
                   NewtonStats<typename ExecSpace::memory_space>* stats = nullptr) {
+  const Kokkos::Profiling::ScopedRegion region(detail::newton_fn);
   using acc_t = detail::accumulation_t<Acc, UView>;
   detail::check_cell<Cell, acc_t>();
   static_assert(!std::is_const_v<typename HView::value_type>, "paraseq::newton_solve: h must be writable");

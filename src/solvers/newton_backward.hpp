@@ -37,6 +37,7 @@
 #include <paraseq/solvers/newton_kernels.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <algorithm>
 #include <type_traits>
@@ -235,6 +236,7 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
                      const DUView& du, const DParamView& dparams, const H0View& h0 = {}, const DH0View& dh0 = {},
                      const NewtonConfig& config = {}) {
   constexpr const char* fn = "paraseq::newton_backward";
+  const Kokkos::Profiling::ScopedRegion region(fn);
   using acc_t = detail::accumulation_t<Acc, UView>;
   detail::check_cell_gradient<Cell, acc_t>();
   detail::check_newton_views<ExecSpace>(fn, cell, u, h, h0);

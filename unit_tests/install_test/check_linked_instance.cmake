@@ -1,5 +1,6 @@
 # cmake -DNM=nm -DOBJECTS=a.o -P check_linked_instance.cmake: the objects call paraseq's compiled
-# Diagonal double scan (an undefined symbol) and instantiate none of the scan engine themselves.
+# Diagonal double scan and RK4 loop of the damped oscillator (undefined symbols) and instantiate none
+# of the scan engine or the loop kernels themselves.
 execute_process(COMMAND ${NM} -C ${OBJECTS} OUTPUT_VARIABLE symbols COMMAND_ERROR_IS_FATAL ANY)
 string(REGEX MATCH "[^\n]* U paraseq::detail::compiled_linear_scan\\([^\n]*paraseq::Diagonal, [^\n]*double[^\n]*" call "${symbols}")
 if(NOT call)
@@ -10,4 +11,13 @@ if(engine)
   list(GET engine 0 first)
   message(FATAL_ERROR "the consumer instantiates the scan engine itself: ${first}")
 endif()
-message(STATUS "the consumer links the compiled instance: ${call}")
+string(REGEX MATCH "[^\n]* U [^\n]*paraseq::ode::detail::forward_pass<paraseq::ode::RK4, [^\n]*paraseq::ode::DampedOscillator, double[^\n]*" loop "${symbols}")
+if(NOT loop)
+  message(FATAL_ERROR "the consumer does not call the compiled RK4 loop of the damped oscillator:\n${symbols}")
+endif()
+string(REGEX MATCHALL "[^\n]*paraseq::ode::detail::Forward<[^\n]*" kernels "${symbols}")
+if(kernels)
+  list(GET kernels 0 first)
+  message(FATAL_ERROR "the consumer instantiates the loop kernels itself: ${first}")
+endif()
+message(STATUS "the consumer links the compiled instances: ${call}; ${loop}")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _distributed, _packed, _user_cell
+from . import _compiled_cell, _distributed, _packed, _user_cell, _user_function
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -641,21 +641,28 @@ def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
 
 
 def _check_compile_argument(function, compile):
-    """compile: "auto", True or False (odeint's compiled path: _compiled_odeint.py; newton_apply has
-    none for cells yet)."""
+    """compile: "auto", True or False (the compiled paths: _compiled_odeint.py, _compiled_cell.py)."""
     if not (compile is True or compile is False or compile == "auto"):
         raise ValueError(f"{function}: argument 'compile' is {compile!r}, expected 'auto', True or False")
 
 
-def _compiled_path_unavailable(function, what, builtin):
-    return NotImplementedError(
-        f"{function}: argument 'compile' is True, but the compiled path for a {what} of your own (generated C++ "
-        f"kernels) is not available yet; pass compile='auto' or False for the general PyTorch path (it runs under "
-        f"torch.compile too), or use {builtin} for paraseq's C++ operators")
-
-
 def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile):
-    layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+    layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
+    if compile is not False:
+        owner, function = _user_function.split(cell.step)
+        token = _user_function.register(owner, function)
+        dtype = h0.dtype if h0 is not None else x.dtype
+        plan = _compiled_cell.choose(token, layout.structure, layout.slots, layout.hidden, x.shape[2], dtype, x.dtype,
+                                     x.device.type, torch.is_autocast_enabled(x.device.type), compile,
+                                     type(cell).__name__)
+        if plan:
+            eager = not torch.compiler.is_compiling()
+            check = eager and cfg.residual_fail is not None
+            tensors = _user_function.found_tensors(owner, function)
+            h, residual = _compiled_cell.run(plan, layout, x, h0, tensors, cfg._operator_config(eager),
+                                             return_stats or check)
+            _check_divergence(residual if check else None, cfg)
+            return (h, NewtonStats(residual)) if return_stats else h
     h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
     _check_divergence(residual, cfg)
     return (h, NewtonStats(residual)) if return_stats else h
@@ -668,11 +675,9 @@ def _check_divergence(residual, cfg):
             raise error
 
 
-def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile):
+def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state):
     """(layout, cfg, h0) for a cell of your own, after checking every argument."""
     layout = _user_cell.CellLayout(cell)
-    if compile is True:
-        raise _compiled_path_unavailable("newton_apply", "cell", "paraseq.ParaGRU or paraseq.ParaLSTM")
     if cfg is None:
         cfg = getattr(cell, "config", None)
         cfg = cfg if isinstance(cfg, NewtonConfig) else NewtonConfig()
@@ -680,8 +685,8 @@ def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile):
         raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
     if cfg.scan_backend not in ("auto", "newton"):
         raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
-                         "'newton' for a cell of your own (the fused and sequential modes are C++ kernels of the "
-                         "built-in cells)")
+                         "'newton' for a cell of your own (the general path runs 'newton'; on the compiled path "
+                         "'auto' takes the fused and sequential kernels by the built-in cells' rule)")
     if cfg.picard_adapt:
         raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
                          "(set picard_iters instead)")
@@ -719,7 +724,11 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
             if h0 is not None and isinstance(cell, ParaLSTM):
                 h0 = torch.stack([h0[1], h0[0]], dim=-2)  # slots (c, h)
         else:
-            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+            if compile is True:
+                raise NotImplementedError("newton_apply: argument 'compile' is True with 'process_group', but the "
+                                          "distributed solve is the general path (the compiled path solves in one "
+                                          "process); pass compile='auto' or False")
+            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
             x_solved = x
         B, T = x_solved.shape[:2]
         dtype = h0.dtype if h0 is not None else x_solved.dtype

@@ -53,8 +53,8 @@ def trace_call(token, arguments, tensors, failure):
     def pure(first, second, *tensors):
         return _user_function.call_with(entry, first, second, list(tensors))
 
-    try:
-        with torch.no_grad():
+    try:  # outside torch.compile's tracing context, whose fake mode would make the sizes symbolic
+        with torch.no_grad(), torch._guards.tracing(None):
             return make_fx(pure, tracing_mode="fake")(*arguments, *[x.detach() for x in tensors])
     except Exception as error:  # data-dependent Python control flow or values: fake tensors have no data
         raise Unsupported(f"{failure}: {type(error).__name__}: {str(error).splitlines()[0]})") from None

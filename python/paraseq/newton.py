@@ -663,6 +663,7 @@ def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, c
                                              return_stats or check)
             _check_divergence(residual if check else None, cfg)
             return (h, NewtonStats(residual)) if return_stats else h
+    _check_general_path_config(cfg)
     h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
     _check_divergence(residual, cfg)
     return (h, NewtonStats(residual)) if return_stats else h
@@ -683,13 +684,6 @@ def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state):
         cfg = cfg if isinstance(cfg, NewtonConfig) else NewtonConfig()
     if not isinstance(cfg, NewtonConfig):
         raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
-    if cfg.scan_backend not in ("auto", "newton"):
-        raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
-                         "'newton' for a cell of your own (the general path runs 'newton'; on the compiled path "
-                         "'auto' takes the fused and sequential kernels by the built-in cells' rule)")
-    if cfg.picard_adapt:
-        raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
-                         "(set picard_iters instead)")
     if return_cell_state:
         raise ValueError("newton_apply: argument 'return_cell_state' is True for a cell of your own, expected False "
                          "(h has all of the state's slots)")
@@ -702,6 +696,17 @@ def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state):
         expected = f"[B, T, {input_size}]" if isinstance(input_size, int) else "[B, T, input]"
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, expected {expected}")
     return layout, cfg, _user_cell.check_initial_state(layout, x, h0)
+
+
+def _check_general_path_config(cfg):
+    """What the general path (PyTorch around linear_scan) does not run: the C++ solver's other modes."""
+    if cfg.scan_backend not in ("auto", "newton"):
+        raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
+                         "'newton' for a cell of your own on the general path (the fused and sequential modes are "
+                         "C++ kernels: the built-in cells' and the compiled path's)")
+    if cfg.picard_adapt:
+        raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
+                         "on the general path (set picard_iters instead)")
 
 
 def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, group):
@@ -729,6 +734,7 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
                                           "distributed solve is the general path (the compiled path solves in one "
                                           "process); pass compile='auto' or False")
             layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
+            _check_general_path_config(cfg)
             x_solved = x
         B, T = x_solved.shape[:2]
         dtype = h0.dtype if h0 is not None else x_solved.dtype

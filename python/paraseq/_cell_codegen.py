@@ -402,7 +402,8 @@ def _adjoint_lines(k, op):
         terms.append((op[2], _UNARY[op[1]][1](e(op[2]), y, g)))
     elif kind == "pow":
         c = op[2]
-        slope = "S(1)" if c == 1 else f"S(2) * {e(op[1])}" if c == 2 else f"{_literal(c)} * power({e(op[1])}, {c - 1!r})"
+        slope = "S(1)" if c == 1 else f"S(2) * {e(op[1])}" if c == 2 else \
+            f"{_literal(c)} * power({e(op[1])}, {c - 1!r})"
         terms.append((op[1], f"{g} * {slope}"))
     elif kind == "dot":
         if op[1] is not None:
@@ -437,7 +438,7 @@ def cell_source(program, structure, d):
         ([f"for (int k = 0; k < {inputs}; ++k) du[k] = Acc(0);"] if inputs else []) + \
         ([f"for (int k = 0; k < {params}; ++k) dparams[k] = Acc(0);"] if params else [])
     adjoints = [f"Acc a_v{k} = 0;" for k in range(len(program.ops))]
-    return f"""// One group of {d} state value(s): {len(program.ops)} operations, {inputs} input(s), {params} parameter(s).
+    return f"""// A group: {d} state value(s), {len(program.ops)} operations, {inputs} input(s), {params} parameter(s).
 template <class T, class Space>
 struct UserCell {{
   using structure = {STRUCTURE_TYPES[structure]};

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import operator
 from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -487,14 +488,17 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         A built-in cell (its C++ operators) or a cell of your own: any module with an int
         ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
         ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
-        the default). A cell of your own takes the general path: Newton's iterations in PyTorch,
-        Jacobians of step from torch.func, one linear_scan per iteration, gradients by the adjoint
-        recurrence (one reverse linear_scan and one vjp of step over all t). See docs/migration.md.
+        the default). A cell of your own takes the compiled path when it can (``compile``: step
+        traced once and emitted as a C++ cell of the Newton solver, compiled on first use and
+        cached) or the general path: Newton's iterations in PyTorch, Jacobians of step from
+        torch.func, one linear_scan per iteration, gradients by the adjoint recurrence (one reverse
+        linear_scan and one vjp of step over all t). See docs/migration.md.
     x : torch.Tensor
         [B, T, input_size], floating point; converted to the module's dtype.
     cfg : NewtonConfig, optional
         Default: ``cell.config`` (NewtonConfig() for a cell of your own without one). A cell of your
-        own needs scan_backend "auto" or "newton" and no picard_adapt.
+        own on the general path needs scan_backend "auto" or "newton" and no picard_adapt (the
+        compiled path runs every setting, as for the built-in cells).
     h0 : torch.Tensor or tuple, optional
         The state before t = 0: [B, H] (ParaGRU; [B, H] or [B, state_slots, H] for a cell of your
         own), a pair (h0, c0) of [B, H] for ParaLSTM; zero when None.
@@ -503,9 +507,13 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     return_cell_state : bool
         ParaLSTM only: return (h, c).
     compile : {"auto", True, False}
-        For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
-        from the cell) is not available yet and raises. The built-in cells always run their
-        operators ("auto" or True).
+        For a cell of your own: "auto" takes the compiled path (step traced on one row and emitted
+        as C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq)
+        when it supports every operation of step's recurrence, the state is float32 or float64 on
+        the CPU, autocast is off and a C++ compiler is there, else the general path with a warning
+        naming why; True the compiled path or NotImplementedError naming why; False the general
+        path. With ``process_group`` the solve is the general path ("auto"; True raises). The
+        built-in cells always run their operators ("auto" or True).
     cu_seqlens : torch.Tensor, optional
         Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
         0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in
@@ -553,14 +561,16 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         the residual only in the stats.
     TypeError, ValueError
         Bad arguments, naming the argument, what was given and what was expected; a declared
-        jac_structure that step does not have (checked with one jvp in eager mode). With
+        jac_structure that step does not have (the compiled path reads it from the traced step,
+        also in compiled graphs; the general path checks it with one jvp in eager mode). With
         cu_seqlens: cu_seqlens not 1-D [S + 1], not int32/int64 (TypeError), on another device than
         x, not starting at 0, not ending at T or decreasing; x with a batch size other than 1; h0
         without S states; max_seqlen not an int >= 0 (TypeError) or shorter than the longest
         sequence. The values are read on the host in eager mode (one synchronisation, which reading
         T_max needs anyway); compiled graphs check them with ``torch._assert_async``.
     NotImplementedError
-        ``compile=True`` for a cell of your own.
+        ``compile=True`` for a cell of your own that the compiled path does not take (naming the
+        operation, dtype, device or missing compiler), or with ``process_group``.
     RuntimeError
         ``process_group`` given while torch.distributed is not initialised.
 
@@ -652,8 +662,9 @@ def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, c
         owner, function = _user_function.split(cell.step)
         token = _user_function.register(owner, function)
         dtype = h0.dtype if h0 is not None else x.dtype
-        plan = _compiled_cell.choose(token, layout.structure, layout.slots, layout.hidden, x.shape[2], dtype, x.dtype,
-                                     x.device.type, torch.is_autocast_enabled(x.device.type), compile,
+        # The trace's input size is a constant: operator.index specialises a dynamic size (torch.compile).
+        plan = _compiled_cell.choose(token, layout.structure, layout.slots, layout.hidden, operator.index(x.shape[2]),
+                                     dtype, x.dtype, x.device.type, torch.is_autocast_enabled(x.device.type), compile,
                                      type(cell).__name__)
         if plan:
             eager = not torch.compiler.is_compiling()

@@ -112,6 +112,21 @@ def test_torch_compile_sees_the_operator_without_graph_breaks_and_equals_eager(c
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
 
 
+def test_one_graph_for_every_batch_size_and_length_under_dynamic_shapes():
+    cell, _, _ = cell_case(DiagonalCell, "cpu")
+    solve = lambda x, h0: newton_apply(cell, x, compile_safe_config(12), h0=h0, compile=True)
+    compiled = torch.compile(solve, fullgraph=True, dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for B, T in ((2, 8), (3, 5), (5, 11), (4, 2)):  # sizes 0 and 1 are specialised by dynamo
+            x = (torch.rand(B, T, 3, dtype=torch.float64) - 0.5).requires_grad_()
+            h0 = torch.randn(B, 5, dtype=torch.float64, requires_grad=True)
+            got, wanted = compiled(x, h0), solve(x, h0)
+            torch.testing.assert_close(got, wanted, rtol=0, atol=1e-14)
+            for c, e in zip(torch.autograd.grad(got.sum(), (x, h0)), torch.autograd.grad(wanted.sum(), (x, h0))):
+                torch.testing.assert_close(c, e, rtol=0, atol=1e-14)
+
+
 def plan_of(cell, x, h0):
     """The compiled path's plan (extension, prologues, gathers) of a call."""
     layout = _user_cell.CellLayout(cell)

@@ -85,9 +85,9 @@ def _operands(op):
 
 
 class Recurrence:
-    """Walks the graph once: classifies every node (state: depends on h_prev; input: on x; param:
-    on neither) and evaluates the state nodes into scalar operations, each value a tensor of
-    scalar indices of the node's shape."""
+    """Walks the graph once: classifies every node ("state": depends on h_prev; "u": on x, so the
+    prologue gives it per row; "p": on neither, a parameter of the solve) and evaluates the state
+    nodes into scalar operations, each value a tensor of scalar indices of the node's shape."""
 
     def __init__(self, graph_module, dtype):
         self.graph_module, self.dtype = graph_module, dtype

@@ -110,6 +110,12 @@ def test_torch_compile_sees_the_operator_without_graph_breaks_and_equals_eager(c
     for c, e in zip(torch.autograd.grad(compiled_h.square().sum(), inputs),
                     torch.autograd.grad(eager_h.square().sum(), inputs)):
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
+    with torch.no_grad():  # the parameters are inputs of the graph: their new values are used
+        for parameter in cell.parameters():
+            parameter.mul_(0.9)
+    changed = solve(x, h0)
+    assert not torch.equal(changed, eager_h)
+    torch.testing.assert_close(compiled(x, h0), changed, rtol=0, atol=1e-14)
 
 
 def test_one_graph_for_every_batch_size_and_length_under_dynamic_shapes():

@@ -38,20 +38,26 @@ class Unsupported(Exception):
 
 def trace(token, tensors, n, dtype, device, one_trajectory):
     """func's graph (torch.fx.GraphModule) of (t, y, *tensors) on fake tensors."""
-    entry = _user_function.entry(token)
-
-    def pure(t, y, *tensors):
-        return _user_function.call_with(entry, t, y, list(tensors))
-
     y = torch.zeros((n,) if one_trajectory else (TRACE_BATCH, n), dtype=dtype, device=device)
     t = torch.zeros(() if one_trajectory else (TRACE_BATCH, 1), dtype=dtype, device=device)
-    try:
-        with torch.no_grad():
-            return make_fx(pure, tracing_mode="fake")(t, y, *[x.detach() for x in tensors])
+    return trace_call(token, (t, y), tensors, "a use of the state's values in Python (a data-dependent branch, "
+                                              ".item() or a conversion to a Python number")
+
+
+def trace_call(token, arguments, tensors, failure):
+    """The graph (torch.fx.GraphModule) of the registered callable on its two `arguments`, with
+    `tensors` substituted for the tensors it uses and taken as inputs, on fake tensors. A call that
+    cannot be traced raises Unsupported: `failure`, then the error, in parentheses."""
+    entry = _user_function.entry(token)
+
+    def pure(first, second, *tensors):
+        return _user_function.call_with(entry, first, second, list(tensors))
+
+    try:  # outside torch.compile's tracing context, whose fake mode would make the sizes symbolic
+        with torch.no_grad(), torch._guards.tracing(None):
+            return make_fx(pure, tracing_mode="fake")(*arguments, *[x.detach() for x in tensors])
     except Exception as error:  # data-dependent Python control flow or values: fake tensors have no data
-        raise Unsupported(f"a use of the state's values in Python (a data-dependent branch, .item() or a "
-                          f"conversion to a Python number: {type(error).__name__}: {str(error).splitlines()[0]})") \
-            from None
+        raise Unsupported(f"{failure}: {type(error).__name__}: {str(error).splitlines()[0]})") from None
 
 
 # ---- values of one trajectory ----------------------------------------------------------------------

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import operator
 from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _distributed, _packed, _user_cell
+from . import _compiled_cell, _distributed, _packed, _user_cell, _user_function
 from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
@@ -487,14 +488,17 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         A built-in cell (its C++ operators) or a cell of your own: any module with an int
         ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
         ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
-        the default). A cell of your own takes the general path: Newton's iterations in PyTorch,
-        Jacobians of step from torch.func, one linear_scan per iteration, gradients by the adjoint
-        recurrence (one reverse linear_scan and one vjp of step over all t). See docs/migration.md.
+        the default). A cell of your own takes the compiled path when it can (``compile``: step
+        traced once and emitted as a C++ cell of the Newton solver, compiled on first use and
+        cached) or the general path: Newton's iterations in PyTorch, Jacobians of step from
+        torch.func, one linear_scan per iteration, gradients by the adjoint recurrence (one reverse
+        linear_scan and one vjp of step over all t). See docs/migration.md.
     x : torch.Tensor
         [B, T, input_size], floating point; converted to the module's dtype.
     cfg : NewtonConfig, optional
         Default: ``cell.config`` (NewtonConfig() for a cell of your own without one). A cell of your
-        own needs scan_backend "auto" or "newton" and no picard_adapt.
+        own on the general path needs scan_backend "auto" or "newton" and no picard_adapt (the
+        compiled path runs every setting, as for the built-in cells).
     h0 : torch.Tensor or tuple, optional
         The state before t = 0: [B, H] (ParaGRU; [B, H] or [B, state_slots, H] for a cell of your
         own), a pair (h0, c0) of [B, H] for ParaLSTM; zero when None.
@@ -503,9 +507,13 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     return_cell_state : bool
         ParaLSTM only: return (h, c).
     compile : {"auto", True, False}
-        For a cell of your own, "auto" and False take the general path; True (C++ kernels generated
-        from the cell) is not available yet and raises. The built-in cells always run their
-        operators ("auto" or True).
+        For a cell of your own: "auto" takes the compiled path (step traced on one row and emitted
+        as C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq)
+        when it supports every operation of step's recurrence, the state is float32 or float64 on
+        the CPU, autocast is off and a C++ compiler is there, else the general path with a warning
+        naming why; True the compiled path or NotImplementedError naming why; False the general
+        path. With ``process_group`` the solve is the general path ("auto"; True raises). The
+        built-in cells always run their operators ("auto" or True).
     cu_seqlens : torch.Tensor, optional
         Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
         0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in
@@ -553,14 +561,16 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         the residual only in the stats.
     TypeError, ValueError
         Bad arguments, naming the argument, what was given and what was expected; a declared
-        jac_structure that step does not have (checked with one jvp in eager mode). With
+        jac_structure that step does not have (the compiled path reads it from the traced step,
+        also in compiled graphs; the general path checks it with one jvp in eager mode). With
         cu_seqlens: cu_seqlens not 1-D [S + 1], not int32/int64 (TypeError), on another device than
         x, not starting at 0, not ending at T or decreasing; x with a batch size other than 1; h0
         without S states; max_seqlen not an int >= 0 (TypeError) or shorter than the longest
         sequence. The values are read on the host in eager mode (one synchronisation, which reading
         T_max needs anyway); compiled graphs check them with ``torch._assert_async``.
     NotImplementedError
-        ``compile=True`` for a cell of your own.
+        ``compile=True`` for a cell of your own that the compiled path does not take (naming the
+        operation, dtype, device or missing compiler), or with ``process_group``.
     RuntimeError
         ``process_group`` given while torch.distributed is not initialised.
 
@@ -641,21 +651,30 @@ def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
 
 
 def _check_compile_argument(function, compile):
-    """compile: "auto", True or False (odeint's compiled path: _compiled_odeint.py; newton_apply has
-    none for cells yet)."""
+    """compile: "auto", True or False (the compiled paths: _compiled_odeint.py, _compiled_cell.py)."""
     if not (compile is True or compile is False or compile == "auto"):
         raise ValueError(f"{function}: argument 'compile' is {compile!r}, expected 'auto', True or False")
 
 
-def _compiled_path_unavailable(function, what, builtin):
-    return NotImplementedError(
-        f"{function}: argument 'compile' is True, but the compiled path for a {what} of your own (generated C++ "
-        f"kernels) is not available yet; pass compile='auto' or False for the general PyTorch path (it runs under "
-        f"torch.compile too), or use {builtin} for paraseq's C++ operators")
-
-
 def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile):
-    layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+    layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
+    if compile is not False:
+        owner, function = _user_function.split(cell.step)
+        token = _user_function.register(owner, function)
+        dtype = h0.dtype if h0 is not None else x.dtype
+        # The trace's input size is a constant: operator.index specialises a dynamic size (torch.compile).
+        plan = _compiled_cell.choose(token, layout.structure, layout.slots, layout.hidden, operator.index(x.shape[2]),
+                                     dtype, x.dtype, x.device.type, torch.is_autocast_enabled(x.device.type), compile,
+                                     type(cell).__name__)
+        if plan:
+            eager = not torch.compiler.is_compiling()
+            check = eager and cfg.residual_fail is not None
+            tensors = _user_function.found_tensors(owner, function)
+            h, residual = _compiled_cell.run(plan, layout, x, h0, tensors, cfg._operator_config(eager),
+                                             return_stats or check)
+            _check_divergence(residual if check else None, cfg)
+            return (h, NewtonStats(residual)) if return_stats else h
+    _check_general_path_config(cfg)
     h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
     _check_divergence(residual, cfg)
     return (h, NewtonStats(residual)) if return_stats else h
@@ -668,23 +687,14 @@ def _check_divergence(residual, cfg):
             raise error
 
 
-def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile):
+def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state):
     """(layout, cfg, h0) for a cell of your own, after checking every argument."""
     layout = _user_cell.CellLayout(cell)
-    if compile is True:
-        raise _compiled_path_unavailable("newton_apply", "cell", "paraseq.ParaGRU or paraseq.ParaLSTM")
     if cfg is None:
         cfg = getattr(cell, "config", None)
         cfg = cfg if isinstance(cfg, NewtonConfig) else NewtonConfig()
     if not isinstance(cfg, NewtonConfig):
         raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
-    if cfg.scan_backend not in ("auto", "newton"):
-        raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
-                         "'newton' for a cell of your own (the fused and sequential modes are C++ kernels of the "
-                         "built-in cells)")
-    if cfg.picard_adapt:
-        raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
-                         "(set picard_iters instead)")
     if return_cell_state:
         raise ValueError("newton_apply: argument 'return_cell_state' is True for a cell of your own, expected False "
                          "(h has all of the state's slots)")
@@ -697,6 +707,17 @@ def _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile):
         expected = f"[B, T, {input_size}]" if isinstance(input_size, int) else "[B, T, input]"
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, expected {expected}")
     return layout, cfg, _user_cell.check_initial_state(layout, x, h0)
+
+
+def _check_general_path_config(cfg):
+    """What the general path (PyTorch around linear_scan) does not run: the C++ solver's other modes."""
+    if cfg.scan_backend not in ("auto", "newton"):
+        raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r}, expected 'auto' or "
+                         "'newton' for a cell of your own on the general path (the fused and sequential modes are "
+                         "C++ kernels: the built-in cells' and the compiled path's)")
+    if cfg.picard_adapt:
+        raise ValueError("newton_apply: argument 'cfg' has picard_adapt=True, expected False for a cell of your own "
+                         "on the general path (set picard_iters instead)")
 
 
 def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, group):
@@ -719,7 +740,12 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
             if h0 is not None and isinstance(cell, ParaLSTM):
                 h0 = torch.stack([h0[1], h0[0]], dim=-2)  # slots (c, h)
         else:
-            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state, compile)
+            if compile is True:
+                raise NotImplementedError("newton_apply: argument 'compile' is True with 'process_group', but the "
+                                          "distributed solve is the general path (the compiled path solves in one "
+                                          "process); pass compile='auto' or False")
+            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
+            _check_general_path_config(cfg)
             x_solved = x
         B, T = x_solved.shape[:2]
         dtype = h0.dtype if h0 is not None else x_solved.dtype

@@ -1,0 +1,198 @@
+"""Compiling, caching and loading the generated extensions of the compiled paths (odeint's functions
+of your own: _compiled_odeint.py; newton_apply's cells of your own: _compiled_cell.py).
+
+An extension is one generated C++ translation unit with its operators in a namespace of its own
+(torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>). It links against the loaded
+libparaseq_torch.so, so Kokkos is initialised once (ensure_kokkos) and is the same Kokkos, and
+compiles with the headers and Kokkos that libparaseq_torch.build.json next to the library names
+(CMake writes it; a source tree without one uses its src/ and the loaded libkokkoscore).
+
+Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
+generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
+paraseq's headers: a second use loads the library.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import torch
+
+from . import _library
+
+BUILD_DESCRIPTION = "libparaseq_torch.build.json"  # written by CMake next to the library
+# paraseq/config.hpp (cmake/config.hpp.in) of an extension: it compiles every instance it runs (its
+# own cell's, its own field's) and declares none of the library's.
+EXTENSION_CONFIG = """#pragma once
+// Written by paraseq (python/paraseq/_extension_build.py) for its generated extensions.
+#define PARASEQ_ETI 0
+#define PARASEQ_ETI_ONLY 0
+"""
+statistics = {"compiles": 0, "loads": 0}  # this process's compiles and library loads (for tests)
+_loaded: set = set()  # namespaces loaded in this process
+
+
+class BuildUnavailable(Exception):
+    """No compiler, headers or Kokkos description for a generated extension; str() says which."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PARASEQ_CACHE_DIR") or Path.home() / ".cache" / "paraseq")
+
+
+def _loaded_kokkos():
+    """The libkokkoscore this process loaded with libparaseq_torch.so (None when it is built in)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if re.search(r"/libkokkoscore[^/]*\.so", path):
+                return Path(path)
+    return None
+
+
+def _kokkos_include(library):
+    """The include directory of the Kokkos installation that holds `library`."""
+    for prefix in library.parents:
+        for candidate in (prefix / "include" / "kokkos", prefix / "include"):
+            if (candidate / "KokkosCore_config.h").is_file():
+                return candidate
+    return None
+
+
+def _discovered_description():
+    """The build description of an in-tree build without one: the repository's src/ and the
+    loaded Kokkos."""
+    source = Path(__file__).resolve().parents[2] / "src"
+    if not (source / "adapters" / "torch" / "odeint_integrate.hpp").is_file():
+        raise BuildUnavailable(f"paraseq's headers were not found (no {BUILD_DESCRIPTION} next to "
+                               f"{_library.LIBRARY_PATH} and no source tree at {source})")
+    library = _loaded_kokkos()
+    include = _kokkos_include(library) if library else None
+    if include is None:
+        raise BuildUnavailable(f"the headers of the Kokkos that {_library.LIBRARY_PATH} uses were not found (no "
+                               f"{BUILD_DESCRIPTION} next to it)")
+    return {"paraseq_source_dir": str(source), "include_dirs": [str(include)], "compile_definitions": [],
+            "compile_options": [], "link_libraries": [str(library)], "cxx_compiler": None}
+
+
+class BuildSettings(NamedTuple):
+    compiler: str
+    compile_flags: list
+    link_flags: list
+    depends: str  # the text of everything a compile depends on besides the source
+    source: Path  # paraseq's headers (the directory that <paraseq/...> names)
+
+
+@functools.lru_cache(maxsize=None)
+def build_settings() -> BuildSettings:
+    description_path = Path(_library.LIBRARY_PATH).with_name(BUILD_DESCRIPTION)
+    description = json.loads(description_path.read_text()) if description_path.is_file() else \
+        _discovered_description()
+    compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
+    if not compiler or not shutil.which(compiler):
+        raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {compiler or 'c++ and g++'})")
+    source = description_path.parent / description["paraseq_source_dir"]  # relative: to the description's
+    if not (source / "adapters" / "torch" / "odeint_integrate.hpp").is_file():
+        raise BuildUnavailable(f"paraseq's headers were not found in {source}")
+    kokkos_config = next((Path(d) / "KokkosCore_config.h" for d in description["include_dirs"]
+                          if (Path(d) / "KokkosCore_config.h").is_file()), None)
+    if kokkos_config is None:
+        raise BuildUnavailable("KokkosCore_config.h was not found in " + ", ".join(description["include_dirs"]))
+    kokkos = kokkos_config.read_text()
+    if "#define KOKKOS_ENABLE_CUDA" in kokkos:
+        raise BuildUnavailable("the extensions are compiled for the CPU only, and this Kokkos has CUDA (its "
+                               "headers need nvcc)")
+    version = re.search(r"#define\s+KOKKOS_VERSION\s+(\d+)", kokkos)
+    from torch.utils import cpp_extension
+    include = cache_dir() / "include"  # <paraseq/...> resolves to the source directory
+    include.mkdir(parents=True, exist_ok=True)
+    link = include / "paraseq"
+    if not link.exists() or link.resolve() != source.resolve():
+        temporary = include / f"paraseq.{os.getpid()}"
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(source.resolve(), target_is_directory=True)
+        os.replace(temporary, link)
+    generated = cache_dir() / "generated"  # <paraseq/config.hpp> where the headers have none (a source tree)
+    (generated / "paraseq").mkdir(parents=True, exist_ok=True)
+    config = generated / "paraseq" / "config.hpp"
+    if not config.is_file() or config.read_text() != EXTENSION_CONFIG:
+        temporary = config.with_name(f"config.hpp.{os.getpid()}")
+        temporary.write_text(EXTENSION_CONFIG)
+        os.replace(temporary, config)
+    compile_flags = ["-std=c++20", "-O2", "-fPIC", "-DNDEBUG",
+                     f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                     f"-I{include}", f"-I{generated}", f"-I{source / 'adapters' / 'torch'}"]
+    compile_flags += [f"-I{d}" for d in description["include_dirs"]]
+    compile_flags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
+    compile_flags += [f"-D{d}" for d in description["compile_definitions"]] + list(description["compile_options"])
+    if "#define KOKKOS_ENABLE_OPENMP" in kokkos and "-fopenmp" not in compile_flags:
+        compile_flags.append("-fopenmp")
+    torch_lib = cpp_extension.library_paths()[0]
+    paraseq_lib = Path(_library.LIBRARY_PATH).resolve()
+    link_flags = ["-shared", str(paraseq_lib), *description["link_libraries"], f"-L{torch_lib}", "-lc10",
+                  "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{paraseq_lib.parent}"]
+    link_flags += [f"-Wl,-rpath,{Path(lib).parent}" for lib in description["link_libraries"] if "/" in lib]
+    compiler_version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    headers = hashlib.sha256()
+    for path in sorted(source.rglob("*.hpp")):
+        headers.update(path.read_bytes())
+    try:
+        paraseq_version = importlib.metadata.version("paraseq")
+    except importlib.metadata.PackageNotFoundError:
+        paraseq_version = "source tree"  # its headers' digest stands for it
+    depends = json.dumps({"paraseq": paraseq_version, "torch": torch.__version__, "python": sys.version.split()[0],
+                          "kokkos": version.group(1) if version else kokkos_config.as_posix(),
+                          "compiler": compiler_version, "headers": headers.hexdigest(),
+                          "flags": compile_flags + link_flags})
+    return BuildSettings(compiler, compile_flags, link_flags, depends, source)
+
+
+def _compile(function, settings, source_path, library_path):
+    temporary = library_path.with_name(f"{library_path.name}.{os.getpid()}.tmp")
+    command = [settings.compiler, *settings.compile_flags, str(source_path), "-o", str(temporary),
+               *settings.link_flags]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        temporary.unlink(missing_ok=True)
+        raise RuntimeError(f"{function}: compiling the generated extension {source_path} failed (exit status "
+                           f"{result.returncode}); the compiler said:\n{result.stderr[-4000:]}")
+    os.replace(temporary, library_path)
+    statistics["compiles"] += 1
+    statistics["last_compile_seconds"] = time.perf_counter() - started
+
+
+def load(function: str, prefix: str, subdirectory: str, source_for: Callable[[str], str]) -> tuple[str, bool]:
+    """(namespace, loaded now) of the extension whose source is source_for(namespace): compiled
+    into cache_dir()/subdirectory unless it holds it (its name is `prefix`_ and a hash of the source
+    and build_settings().depends), loaded unless this process already did. `function` names the
+    caller in errors. Raises BuildUnavailable."""
+    settings = build_settings()
+    key = hashlib.sha256((source_for("NAMESPACE") + settings.depends).encode()).hexdigest()
+    namespace = f"{prefix}_{key[:20]}"
+    if namespace in _loaded:
+        return namespace, False
+    directory = cache_dir() / subdirectory
+    directory.mkdir(parents=True, exist_ok=True)
+    source_path, library_path = directory / f"{namespace}.cpp", directory / f"{namespace}.so"
+    with open(directory / f"{namespace}.lock", "w") as lock:  # one compile when processes race
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library_path.is_file():
+            source_path.write_text(source_for(namespace))
+            _compile(function, settings, source_path, library_path)
+    torch.ops.load_library(str(library_path))
+    statistics["loads"] += 1
+    _loaded.add(namespace)
+    return namespace, True

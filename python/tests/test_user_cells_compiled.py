@@ -1,0 +1,328 @@
+"""newton_apply's compiled path (generated C++ cells) against float64 loops of cell.step, the general
+path and gradcheck; every mode of the C++ solver; torch.compile; opcheck; the fallbacks; the cache;
+errors.
+
+Three extensions are compiled per test session, in the session's cache directory (conftest.py):
+the diagonal, the two-slot block2 and the dense GRU cell of test_user_functions.py, in float64. The
+diagonal and block sources do not depend on hidden_size, so other sizes (test_packed.py's) load them."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import graph_break_count
+from paraseq import NewtonConfig, NewtonDivergenceError, _compiled_cell, _extension_build, _user_cell, _user_function, \
+    compile_safe_config, newton_apply
+from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
+
+CELLS = [DiagonalCell, TwoSlotCell, DenseGRU]
+CONVERGED = NewtonConfig(max_iters=30)  # T = 24 steps: Newton is exact after T iterations
+
+
+def gradients(h, inputs, weight):
+    return torch.autograd.grad((h * weight).sum(), inputs)
+
+
+@pytest.mark.parametrize("backend", ["auto", "newton", "fused", "sequential"])
+@pytest.mark.parametrize("cell_type", CELLS)
+def test_compiled_equals_the_loop_and_the_general_path_in_double(cell_type, backend):
+    cell, x, h0 = cell_case(cell_type, "cpu")
+    cfg = NewtonConfig(max_iters=30, scan_backend=backend)
+    h, stats = newton_apply(cell, x, cfg, h0=h0, return_stats=True, compile=True)
+    expected = cell_loop(cell, x, h0)
+    general = newton_apply(cell, x, CONVERGED, h0=h0, compile=False)
+    assert (h - expected).abs().max() <= 1e-10
+    assert (h - general).abs().max() <= 1e-10
+    assert stats.residual.shape == (2,) and stats.residual.dtype == torch.float64 and stats.residual.max() <= 1e-10
+    weight = torch.randn_like(expected)
+    inputs = [x, h0] + list(cell.parameters())
+    for got, wanted, general_grad in zip(gradients(h, inputs, weight), gradients(expected, inputs, weight),
+                                         gradients(general, inputs, weight)):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(got, general_grad, rtol=1e-9, atol=1e-11)
+
+
+def test_auto_is_the_compiled_path_and_two_calls_are_bitwise_equal(monkeypatch):
+    cell, x, h0 = cell_case(DiagonalCell, "cpu")
+
+    def general_path(*args):
+        raise AssertionError("compile='auto' took the general path")
+    monkeypatch.setattr(_user_cell, "solve", general_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        auto = newton_apply(cell, x, h0=h0)
+    assert torch.equal(auto, newton_apply(cell, x, h0=h0, compile=True))
+    assert torch.equal(auto, newton_apply(cell, x, h0=h0))
+
+
+def solve_with(cell, params, x, h0):
+    """The compiled solve with the cell's parameters replaced by `params` (a list in the order of
+    cell.parameters()): the compiled path takes the module's parameters where they are at the call."""
+    places = [(cell.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
+              for name, _ in cell.named_parameters()]
+    originals = [module._parameters[leaf] for module, leaf in places]
+    try:
+        for (module, leaf), value in zip(places, params):
+            module._parameters[leaf] = value
+        return newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    finally:
+        for (module, leaf), value in zip(places, originals):
+            module._parameters[leaf] = value
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+def test_gradcheck_of_x_h0_and_the_parameters_and_the_loops_gradients(cell_type):
+    cell, x, h0 = cell_case(cell_type, "cpu", B=1, T=5)
+    params = [p.detach().clone().requires_grad_() for p in cell.parameters()]
+    solve = lambda x, h0, *params: solve_with(cell, params, x, h0)
+    assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)
+    weight = torch.randn(cell_loop(cell, x, h0).shape, dtype=torch.float64)
+    got = gradients(solve(x, h0, *params), [x, h0, *params], weight)
+    wanted = gradients(cell_loop(cell, x, h0), [x, h0, *cell.parameters()], weight)
+    for g, w in zip(got, wanted):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("loss", [torch.sum, lambda h: h.square().sum()], ids=["linear", "square"])
+def test_second_derivatives_raise(loss):
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=6)
+    (grad,) = torch.autograd.grad(loss(newton_apply(cell, x, h0=h0, compile=True)), cell.decay, create_graph=True)
+    with pytest.raises(NotImplementedError, match="not differentiable"):
+        grad.sum().backward()
+
+
+@pytest.mark.parametrize("cell_type", [TwoSlotCell, DenseGRU])
+def test_torch_compile_sees_the_operator_without_graph_breaks_and_equals_eager(cell_type):
+    cell, x, h0 = cell_case(cell_type, "cpu", T=8)
+    solve = lambda x, h0: newton_apply(cell, x, compile_safe_config(8), h0=h0, compile=True)
+    assert graph_break_count(solve, x, h0) == 0
+    compiled = torch.compile(solve, fullgraph=True, backend="aot_eager")
+    eager_h, compiled_h = solve(x, h0), compiled(x, h0)
+    torch.testing.assert_close(compiled_h, eager_h, rtol=0, atol=1e-14)
+    inputs = [x, h0] + list(cell.parameters())
+    for c, e in zip(torch.autograd.grad(compiled_h.square().sum(), inputs),
+                    torch.autograd.grad(eager_h.square().sum(), inputs)):
+        torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
+    with torch.no_grad():  # the parameters are inputs of the graph: their new values are used
+        for parameter in cell.parameters():
+            parameter.mul_(0.9)
+    changed = solve(x, h0)
+    assert not torch.equal(changed, eager_h)
+    torch.testing.assert_close(compiled(x, h0), changed, rtol=0, atol=1e-14)
+
+
+def test_one_graph_for_every_batch_size_and_length_under_dynamic_shapes():
+    cell, _, _ = cell_case(DiagonalCell, "cpu")
+    solve = lambda x, h0: newton_apply(cell, x, compile_safe_config(12), h0=h0, compile=True)
+    compiled = torch.compile(solve, fullgraph=True, dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for B, T in ((2, 8), (3, 5), (5, 11), (4, 2)):  # sizes 0 and 1 are specialised by dynamo
+            x = (torch.rand(B, T, 3, dtype=torch.float64) - 0.5).requires_grad_()
+            h0 = torch.randn(B, 5, dtype=torch.float64, requires_grad=True)
+            got, wanted = compiled(x, h0), solve(x, h0)
+            torch.testing.assert_close(got, wanted, rtol=0, atol=1e-14)
+            for c, e in zip(torch.autograd.grad(got.sum(), (x, h0)), torch.autograd.grad(wanted.sum(), (x, h0))):
+                torch.testing.assert_close(c, e, rtol=0, atol=1e-14)
+
+
+def plan_of(cell, x, h0):
+    """The compiled path's plan (extension, prologues, gathers) of a call."""
+    layout = _user_cell.CellLayout(cell)
+    token = _user_function.register(*_user_function.split(cell.step))
+    key = _compiled_cell.choose(token, layout.structure, layout.slots, layout.hidden, x.shape[2], h0.dtype, x.dtype,
+                                "cpu", False, True, type(cell).__name__)
+    return _compiled_cell._plans[key], layout
+
+
+def test_opcheck_of_the_generated_operators():
+    cell, x, h0 = cell_case(TwoSlotCell, "cpu", T=6)
+    plan, layout = plan_of(cell, x, h0)
+    ext = plan.extension
+    N = layout.state_size
+    u = torch.randn(2, 6, plan.input_index.numel(), dtype=torch.float64, requires_grad=True)
+    params = torch.randn(plan.groups, plan.param_index.numel() // plan.groups, dtype=torch.float64,
+                         requires_grad=True)
+    state0 = torch.randn(2, N, dtype=torch.float64, requires_grad=True)
+    config = CONVERGED._operator_config(True)
+    torch.library.opcheck(ext.newton, (u, params, state0, config, True))
+    torch.library.opcheck(ext.newton, (u, params, None, config, False))
+    h, _ = ext.newton(u.detach(), params.detach(), state0.detach(), config, False)
+    grad_h = torch.randn_like(h)
+    torch.library.opcheck(ext.backward, (u.detach(), params.detach(), state0.detach(), h, grad_h))
+
+
+def test_the_operators_name_their_arguments():
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+    plan, layout = plan_of(cell, x, h0)
+    u = torch.zeros(2, 4, plan.input_index.numel(), dtype=torch.float64)
+    params = torch.zeros(plan.groups, 1, dtype=torch.float64)
+    config = CONVERGED._operator_config(True)
+    with pytest.raises(ValueError, match=r"argument 'u' has shape \[2, 4, 4\], expected \[B, T, 5\]"):
+        plan.extension.newton(u[..., :4], params, None, config, False)
+    with pytest.raises(ValueError, match="argument 'u' has dtype Float, expected Double"):
+        plan.extension.newton(u.float(), params.float(), None, config, False)
+    with pytest.raises(ValueError, match=r"argument 'h0' has shape \[2, 3\], expected \[2, 5\]"):
+        plan.extension.newton(u, params, torch.zeros(2, 3, dtype=torch.float64), config, False)
+    with pytest.raises(ValueError, match=r"argument 'config' has entry 2 \(omega\) = 0"):
+        plan.extension.newton(u, params, None, [1, 3, 0, -1, -1, 0, 0, 0], False)
+    h = torch.zeros(2, 4, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"argument 'grad_h' has shape \[2, 4, 4\], expected \[2, 4, 5\]"):
+        plan.extension.backward(u, params, None, h, h[..., :4])
+
+
+# ---- cells the compiled path does not take -------------------------------------------------------
+
+class SortingCell(nn.Module):
+    """A dense cell whose step sorts the state: aten.sort has no generated code."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden_size = 3
+        self.input_map = nn.Linear(3, 3)
+
+    def step(self, h, x):
+        return torch.tanh(0.5 * torch.sort(h, dim=-1).values + self.input_map(x))
+
+
+class BranchingCell(DiagonalCell):
+    def step(self, h, x):
+        return super().step(h, x) if h.sum() > 0 else torch.tanh(self.input_map(x))
+
+
+class DropoutCell(DiagonalCell):
+    def step(self, h, x):
+        return torch.tanh(self.decay * h + self.input_map(F.dropout(x, 0.5, training=True)))
+
+
+def test_an_unsupported_operation_takes_the_general_path_under_auto_and_raises_under_true():
+    cell = SortingCell().double()
+    x = torch.rand(2, 6, 3, dtype=torch.float64) - 0.5
+    with pytest.warns(UserWarning, match=r"general path for this cell: the compiled path does not support the "
+                                         r"operation aten\.sort"):
+        auto = newton_apply(cell, x, CONVERGED)
+    assert torch.equal(auto, newton_apply(cell, x, CONVERGED, compile=False))
+    with pytest.raises(NotImplementedError, match=r"argument 'compile' is True, but the compiled path does not "
+                                                  r"support the operation aten\.sort"):
+        newton_apply(cell, x, CONVERGED, compile=True)
+    branching = BranchingCell(3, 5).double()
+    with pytest.warns(UserWarning, match="data-dependent branch"):
+        auto = newton_apply(branching, x, CONVERGED)
+    assert torch.equal(auto, newton_apply(branching, x, CONVERGED, compile=False))
+    with pytest.raises(NotImplementedError, match="random operation"):
+        newton_apply(DropoutCell(3, 5).double(), x, CONVERGED, compile=True)
+
+
+def test_states_of_half_precision_and_other_devices_take_the_general_path():
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+    cell = cell.to(torch.bfloat16)
+    x_half = x.detach().to(torch.bfloat16)
+    cfg = NewtonConfig(max_iters=4, residual_fail=None)
+    with pytest.warns(UserWarning, match="does not support a state of dtype torch.bfloat16"):
+        newton_apply(cell, x_half, cfg)
+    with pytest.raises(NotImplementedError, match="does not support a state of dtype torch.bfloat16"):
+        newton_apply(cell, x_half, cfg, compile=True)
+
+
+def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(monkeypatch):
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    _extension_build.build_settings.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match=r"general path for this cell: the compiled path is not available here: "
+                                             r"no C\+\+ compiler"):
+            auto = newton_apply(cell, x, CONVERGED, h0=h0)
+        assert torch.equal(auto, newton_apply(cell, x, CONVERGED, h0=h0, compile=False))
+        with pytest.raises(NotImplementedError, match=r"compile' is True.*no C\+\+ compiler"):
+            newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    finally:
+        monkeypatch.delenv("CXX")
+        _extension_build.build_settings.cache_clear()
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+
+def test_a_second_call_and_another_hidden_size_hit_the_cache_and_a_new_process_loads_it():
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+    newton_apply(cell, x, h0=h0, compile=True)
+    counts = lambda: (_extension_build.statistics["compiles"], _extension_build.statistics["loads"])
+    before = counts()
+    newton_apply(cell, x, h0=h0, compile=True)
+    wider = DiagonalCell(3, 7).double()  # the diagonal cell's source does not depend on hidden_size
+    h = newton_apply(wider, x, NewtonConfig(max_iters=30), compile=True)
+    assert counts() == before
+    torch.testing.assert_close(h, cell_loop(wider, x, torch.zeros(2, 7, dtype=torch.float64)), rtol=0, atol=1e-12)
+    script = textwrap.dedent("""
+        import time, torch
+        from paraseq import _extension_build, newton_apply
+        from test_user_functions import DiagonalCell, cell_case
+        cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+        start = time.perf_counter()
+        newton_apply(cell, x, h0=h0, compile=True)
+        print(_extension_build.statistics["compiles"], _extension_build.statistics["loads"],
+              time.perf_counter() - start)
+    """)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            check=True)
+    compiled, loaded, seconds = result.stdout.split()
+    assert (compiled, loaded) == ("0", "1")
+    # A compile takes tens of seconds; loading well under one (the bound leaves room for a busy machine).
+    assert float(seconds) < 5.0, f"a cached use took {seconds} s"
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+def test_a_declared_structure_that_the_step_does_not_have_is_refused_exactly():
+    """Also without a residual check (compile_safe_config): the traced step shows the coupling."""
+    cell, x, h0 = cell_case(DenseGRU, "cpu", T=4)
+    cell.jac_structure = "diag"
+    with pytest.raises(ValueError, match=r"argument 'cell' \(a DenseGRU\) declares jac_structure 'diag', but its "
+                                         r"step \(traced\) computes the state \[0\] from h_prev\[\d\], outside its "
+                                         "diag group"):
+        newton_apply(cell, x, compile_safe_config(3), h0=h0)
+    two_slots, x, state0 = cell_case(TwoSlotCell, "cpu", T=4)
+    two_slots.jac_structure = "diag"
+    with pytest.raises(ValueError, match=r"declares jac_structure 'diag', but its step \(traced\) computes the state "
+                                         r"\[0, 0\] from h_prev\[1, 0\]"):
+        newton_apply(two_slots, x, compile_safe_config(3), h0=state0, compile=True)
+
+
+def test_a_diverged_compiled_solve_is_refused():
+    cell, x, h0 = cell_case(DenseGRU, "cpu")
+    with torch.no_grad():
+        cell.recurrent_map.weight.mul_(20)
+    with pytest.raises(NewtonDivergenceError, match="did not converge"):
+        newton_apply(cell, 3 * x, NewtonConfig(max_iters=2, scan_backend="newton"), h0=h0, compile=True)
+
+
+class WrongShape(DiagonalCell):
+    def step(self, h, x):
+        return super().step(h, x)[..., :-1]
+
+
+def test_bad_arguments_name_the_argument():
+    cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
+    with pytest.raises(ValueError, match=r"argument 'x' has shape \[2, 3\], expected \[B, T, input\]"):
+        newton_apply(cell, x[:, 0], compile=True)
+    with pytest.raises(TypeError, match="argument 'x' has dtype torch.int64, expected a floating-point dtype"):
+        newton_apply(cell, x.long(), compile=True)
+    with pytest.raises(ValueError, match=r"argument 'h0' has shape \[2, 4\], expected \[2, 5\]"):
+        newton_apply(cell, x, h0=h0[:, :4], compile=True)
+    with pytest.raises(ValueError, match="argument 'compile' is 'yes'"):
+        newton_apply(cell, x, compile="yes")
+    with pytest.raises(ValueError, match=r"argument 'cell' \(a WrongShape\) returned shape \[4\] and dtype "
+                                         r"torch.float64 from step\(h_prev, x\) on one row, expected h_prev's shape "
+                                         r"\[5\]"):
+        newton_apply(WrongShape(3, 5).double(), x, compile=True)
+    with pytest.raises(ValueError, match="argument 'cfg' has scan_backend 'fused'.*on the general path"):
+        newton_apply(cell, x, NewtonConfig(scan_backend="fused"), compile=False)
+    with pytest.raises(ValueError, match="argument 'return_cell_state' is True for a cell of your own"):
+        newton_apply(cell, x, return_cell_state=True, compile=True)

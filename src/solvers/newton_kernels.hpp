@@ -180,7 +180,7 @@ struct SequentialRecurrence {
   KOKKOS_INLINE_FUNCTION static int rows_of(int groups) { return (groups + Row - 1) / Row; }
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
     const int rows = rows_of(groups), b = int(index / rows), first = int(index % rows) * Row;
-    const int count = Kokkos::min(Row, groups - first);
+    const int count = Kokkos::min(int(Row), groups - first); // by value: nvcc has no device address of Row
     Acc x[Row][cell_group_bound<Cell>], y[cell_group_bound<Cell>], in[Cell::max_inputs_per_group];
     for (int r = 0; r < count; ++r) load_initial<Acc>(h0, b, (first + r) * d, d, x[r]);
     for (int t = 0; t < steps; ++t)

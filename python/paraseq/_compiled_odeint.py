@@ -20,7 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _field_codegen, _user_function, _user_odeint
-from ._extension_build import BuildUnavailable, build_settings, statistics  # noqa: F401  (tests read them here)
+from ._extension_build import BuildUnavailable
 from ._extension_build import load as _load
 
 METHOD_TYPES = {"euler": "Euler", "heun": "Heun", "rk4": "RK4", "bosh3": "BogackiShampine3", "dopri5": "DormandPrince5",

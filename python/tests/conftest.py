@@ -1,4 +1,7 @@
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -49,3 +52,18 @@ def seeded():
 def graph_break_count(fn, *args):
     torch._dynamo.reset()
     return torch._dynamo.explain(fn)(*args).graph_break_count
+
+
+def cached_use_in_a_new_process(setup, call):
+    """Runs `setup`, then times `call`, in a new Python process that imports from this folder;
+    returns that process's extension compiles and loads (paraseq._extension_build.statistics) and
+    the call's seconds."""
+    script = "\n".join(["import time", "from paraseq import _extension_build", textwrap.dedent(setup),
+                        "start = time.perf_counter()", textwrap.dedent(call),
+                        "seconds = time.perf_counter() - start",
+                        'print(_extension_build.statistics["compiles"], _extension_build.statistics["loads"], seconds)'])
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            check=True)
+    compiles, loads, seconds = result.stdout.split()
+    return int(compiles), int(loads), float(seconds)

@@ -6,10 +6,6 @@ Three extensions are compiled per test session, in the session's cache directory
 the diagonal, the two-slot block2 and the dense GRU cell of test_user_functions.py, in float64. The
 diagonal and block sources do not depend on hidden_size, so other sizes (test_packed.py's) load them."""
 
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import pytest
@@ -17,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import graph_break_count
+from conftest import cached_use_in_a_new_process, graph_break_count
 from paraseq import NewtonConfig, NewtonDivergenceError, _compiled_cell, _extension_build, _user_cell, _user_function, \
     compile_safe_config, newton_apply
 from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
@@ -259,23 +255,16 @@ def test_a_second_call_and_another_hidden_size_hit_the_cache_and_a_new_process_l
     h = newton_apply(wider, x, NewtonConfig(max_iters=30), compile=True)
     assert counts() == before
     torch.testing.assert_close(h, cell_loop(wider, x, torch.zeros(2, 7, dtype=torch.float64)), rtol=0, atol=1e-12)
-    script = textwrap.dedent("""
-        import time, torch
-        from paraseq import _extension_build, newton_apply
+    compiled, loaded, seconds = cached_use_in_a_new_process(
+        """
+        from paraseq import newton_apply
         from test_user_functions import DiagonalCell, cell_case
         cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
-        start = time.perf_counter()
-        newton_apply(cell, x, h0=h0, compile=True)
-        print(_extension_build.statistics["compiles"], _extension_build.statistics["loads"],
-              time.perf_counter() - start)
-    """)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            check=True)
-    compiled, loaded, seconds = result.stdout.split()
-    assert (compiled, loaded) == ("0", "1")
+        """,
+        "newton_apply(cell, x, h0=h0, compile=True)")
+    assert (compiled, loaded) == (0, 1)
     # A compile takes tens of seconds; loading well under one (the bound leaves room for a busy machine).
-    assert float(seconds) < 5.0, f"a cached use took {seconds} s"
+    assert seconds < 5.0, f"a cached use took {seconds} s"
 
 
 # ---- errors --------------------------------------------------------------------------------------

@@ -4,17 +4,13 @@ written here and gradcheck; torch.compile; opcheck; the fallbacks; the on-disk c
 Three extensions are compiled per test session (the Van der Pol module with dopri5 and with tsit5,
 and the closure MLP with rk4), in the session's cache directory (conftest.py)."""
 
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import graph_break_count
-from paraseq import _compiled_odeint, _user_function, odeint
+from conftest import cached_use_in_a_new_process, graph_break_count
+from paraseq import _compiled_odeint, _extension_build, _user_function, odeint
 from test_user_functions import DOUBLE, VanDerPol, rk4_loop
 
 TIMES = [0.0, 0.5, 1.0, 2.0]
@@ -115,9 +111,9 @@ def test_one_trajectory_runs_the_same_extension(van_der_pol):
     """y0 [n] (func sees y [n] and a 0-d t): the same per-trajectory code, so no second compile."""
     model, y0 = van_der_pol
     t = torch.tensor(TIMES, dtype=DOUBLE)
-    compiles = _compiled_odeint.statistics["compiles"]
+    compiles = _extension_build.statistics["compiles"]
     alone = odeint(model, y0[1], t, compile=True, **TOLERANCES)
-    assert _compiled_odeint.statistics["compiles"] == compiles
+    assert _extension_build.statistics["compiles"] == compiles
     assert alone.shape == (len(TIMES), 2)
     torch.testing.assert_close(alone, odeint(model, y0[1], t, compile=False, **TOLERANCES), rtol=0, atol=1e-12)
 
@@ -139,9 +135,9 @@ def test_a_closure_mlp_with_fixed_steps_equals_the_general_path_and_the_rk4_loop
     y0 = torch.randn(4, 3, dtype=DOUBLE, requires_grad=True)
     times = [0.0, 0.25, 0.5]
     t = torch.tensor(times, dtype=DOUBLE)
-    compiles = _compiled_odeint.statistics["compiles"]
+    compiles = _extension_build.statistics["compiles"]
     compiled = odeint(rhs, y0, t, method="rk4", step_size=0.05, compile=True)
-    assert _compiled_odeint.statistics["compiles"] <= compiles + 1
+    assert _extension_build.statistics["compiles"] <= compiles + 1
     general = odeint(rhs, y0, t, method="rk4", step_size=0.05, compile=False)
     torch.testing.assert_close(compiled, general, rtol=0, atol=1e-13)
     torch.testing.assert_close(compiled, rk4_loop(rhs, y0, times, 5), rtol=0, atol=1e-13)
@@ -154,28 +150,22 @@ def test_a_closure_mlp_with_fixed_steps_equals_the_general_path_and_the_rk4_loop
 
 def test_a_second_use_hits_the_cache_in_this_process_and_in_a_new_one(van_der_pol):
     model, y0 = van_der_pol
-    compiles, loads = _compiled_odeint.statistics["compiles"], _compiled_odeint.statistics["loads"]
+    compiles, loads = _extension_build.statistics["compiles"], _extension_build.statistics["loads"]
     odeint(model, y0, torch.tensor(TIMES, dtype=DOUBLE), compile=True, **TOLERANCES)
-    assert (_compiled_odeint.statistics["compiles"], _compiled_odeint.statistics["loads"]) == (compiles, loads)
-    script = textwrap.dedent("""
-        import time, torch
-        from paraseq import _compiled_odeint, _user_function, odeint
+    assert (_extension_build.statistics["compiles"], _extension_build.statistics["loads"]) == (compiles, loads)
+    compiled, loaded, seconds = cached_use_in_a_new_process(
+        """
+        import torch
+        from paraseq import odeint
         from test_user_functions import DOUBLE, VanDerPol
         y0 = torch.tensor([[2.0, 0.0], [0.5, -1.0]], dtype=DOUBLE)
-        start = time.perf_counter()
-        odeint(VanDerPol(1.5), y0, torch.tensor([0.0, 0.5, 1.0, 2.0], dtype=DOUBLE), compile=True, rtol=1e-10,
-               atol=1e-12)
-        print(_compiled_odeint.statistics["compiles"], _compiled_odeint.statistics["loads"],
-              time.perf_counter() - start)
-    """)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            check=True)
-    compiled, loaded, seconds = result.stdout.split()
-    assert (compiled, loaded) == ("0", "1")
+        """,
+        "odeint(VanDerPol(1.5), y0, torch.tensor([0.0, 0.5, 1.0, 2.0], dtype=DOUBLE), compile=True, rtol=1e-10, "
+        "atol=1e-12)")
+    assert (compiled, loaded) == (0, 1)
     # Loading takes well under 1 s on an idle machine (0.43 s on the 2-core development machine,
     # docs/torch.md); a compile takes tens of seconds. The bound leaves room for a busy machine.
-    assert float(seconds) < 5.0, f"a cached use took {seconds} s"
+    assert seconds < 5.0, f"a cached use took {seconds} s"
 
 
 def test_an_unsupported_operation_takes_the_general_path_under_auto_and_raises_under_true():
@@ -201,7 +191,7 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(van_der_
     model, y0 = van_der_pol
     t = torch.tensor([0.0, 0.5], dtype=DOUBLE)
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    _compiled_odeint.build_settings.cache_clear()
+    _extension_build.build_settings.cache_clear()
     try:
         with pytest.warns(UserWarning, match=r"general path.*not available here: no C\+\+ compiler"):
             auto = odeint(model, y0, t, **TOLERANCES)
@@ -210,4 +200,4 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(van_der_
             odeint(model, y0, t, compile=True, **TOLERANCES)
     finally:
         monkeypatch.delenv("CXX")
-        _compiled_odeint.build_settings.cache_clear()
+        _extension_build.build_settings.cache_clear()

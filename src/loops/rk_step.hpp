@@ -84,8 +84,25 @@ struct Tolerances {
   const T* atol = nullptr;
 };
 
+// A field of run-time size is a loop nest of its own (Linear, Mlp): called from every stage rather
+// than inlined into each of them and into their reverse sweep, it is compiled once per kernel instead
+// of up to twice per stage, which was most of the device compiler's time for such a field. The call
+// costs little next to the loops; a field of compile-time size stays inlined, in registers.
+template <class Field, class T, class P>
+KOKKOS_FUNCTION __attribute__((noinline)) void evaluate_called(const Field& field, T t, const T* y, const P& p, T* dy) {
+  field(t, y, p, dy);
+}
+
+template <int Capacity, bool WithParameters, class Field, class T, class P>
+KOKKOS_FUNCTION __attribute__((noinline)) void vjp_called(const Field& field, int n, int parameters, T t, const T* y,
+                                                         const P& p, const T* dy_bar, T* y_bar,
+                                                         const ParameterGradients<T>& p_bar) {
+  field_vjp<Capacity, WithParameters>(field, n, parameters, t, y, p, dy_bar, y_bar, p_bar);
+}
+
 template <class Method, class Field, class T, int Capacity, class Params = ParameterAccess<T>>
 struct RkStep {
+  static constexpr bool called_field = Field::state_size == runtime_size;
   static constexpr int S = Method::stages;
   using Stages = T[S][Capacity];
 
@@ -95,7 +112,10 @@ struct RkStep {
 
   KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(n); }
 
-  KOKKOS_FORCEINLINE_FUNCTION void evaluate(T t, const T* y, T* dy) const { field(t, y, p, dy); }
+  KOKKOS_FORCEINLINE_FUNCTION void evaluate(T t, const T* y, T* dy) const {
+    if constexpr (called_field) evaluate_called(field, t, y, p, dy);
+    else field(t, y, p, dy);
+  }
 
   // out = y + h sum_j Row_j K_j.
   template <class Row, int Count>
@@ -192,8 +212,12 @@ struct RkStep {
       }
       combine<RowOfA<Method, i>, i>(h, y, K, Y);
       for (int c = 0; c < size(); ++c) Y_bar[c] = 0;
-      field_vjp<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i], Y_bar,
-                                            p_bar);
+      if constexpr (called_field)
+        vjp_called<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i],
+                                             Y_bar, p_bar);
+      else
+        field_vjp<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i],
+                                            Y_bar, p_bar);
       for (int c = 0; c < size(); ++c) y_bar[c] += Y_bar[c];
       static_for<0, i>([&](auto J) {
         constexpr double a_ij = Coefficients<Method>::a(i, decltype(J)::value);

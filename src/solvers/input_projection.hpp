@@ -12,8 +12,10 @@
 // they are detail::tiled_gemm, a team-tiled GEMM with the tiles of A, B and C in team scratch.
 // The bias gradient sums fixed runs of rows, then the runs in order: reproducible bit for bit.
 
+#include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/views.hpp>
 #include <paraseq/solvers/newton_config.hpp>
 #include <paraseq/solvers/newton_kernels.hpp>
 
@@ -151,7 +153,54 @@ void require_contiguous(const char* fn, const char* argument, const View& view) 
     throw_invalid(fn, argument, "a non-contiguous View", "a contiguous row-major View");
 }
 
+template <class ExecSpace, class XView, class WView, class BiasView, class UView>
+void run_project_inputs(const ExecSpace& space, const XView& x, const WView& W, const BiasView& bias, const UView& u) {
+  const auto u_matrix = as_matrix(u);
+  Kokkos::parallel_for("paraseq::project_inputs_bias",
+                       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {long(u_matrix.extent(0)), long(W.extent(0))}),
+                       FillBias<std::decay_t<decltype(u_matrix)>, BiasView>{u_matrix, bias});
+  gemm(space, false, true, 1, as_matrix(x), W, 1, u_matrix);
+}
+
+// dx is NoGradient, or a View that is empty exactly when there is nothing to write (a compiled
+// instance's dx is an empty View when none was asked for).
+template <class ExecSpace, class XView, class WView, class DUView, class DWView, class DBiasView, class DXView>
+void run_project_inputs_backward(const ExecSpace& space, const XView& x, const WView& W, const DUView& du,
+                                 const DWView& dW, const DBiasView& dbias, const DXView& dx) {
+  const auto du_matrix = as_matrix(du);
+  gemm(space, true, false, 1, du_matrix, as_matrix(x), 0, dW);
+  if constexpr (!std::is_same_v<DXView, NoGradient>)
+    if (dx.size() != 0) gemm(space, false, false, 1, du_matrix, W, 0, as_matrix(dx));
+
+  // db: fixed runs of rows, then the runs in order.
+  using partial_view =
+      Kokkos::View<typename DBiasView::non_const_value_type**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  using partials_t = BiasPartials<std::decay_t<decltype(du_matrix)>, partial_view>;
+  const long rows = long(du_matrix.extent(0)), U = long(du_matrix.extent(1));
+  const long runs = std::max<long>(1, ceil_div(rows, partials_t::run_length));
+  partial_view partial(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::bias_partials"), runs, U);
+  Kokkos::parallel_for("paraseq::bias_partials", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {runs, U}),
+                       partials_t{du_matrix, partial, rows});
+  Kokkos::parallel_for("paraseq::bias_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, U),
+                       SumPartials<decltype(partial), DBiasView>{partial, dbias});
+}
+
+// The compiled instances are overloads of these (paraseq/eti/input_projection_instances.hpp; see
+// linear_scan.hpp).
+template <class... Arguments>
+void compiled_project_inputs(const Arguments&...) = delete;
+template <class... Arguments>
+void compiled_project_inputs_backward(const Arguments&...) = delete;
+
 } // namespace detail
+
+} // namespace paraseq
+
+#if PARASEQ_ETI
+#include <paraseq/eti/input_projection_instances.hpp>
+#endif
+
+namespace paraseq {
 
 template <class ExecSpace, class XView, class WView, class BiasView, class UView>
 void project_inputs(const ExecSpace& space, const XView& x, const WView& W, const BiasView& bias, const UView& u) {
@@ -166,11 +215,22 @@ void project_inputs(const ExecSpace& space, const XView& x, const WView& W, cons
   detail::require_extents(fn, "W", W, {U, long(x.extent(2))}, "[U, D] with D from x");
   detail::require_extents(fn, "b", bias, {U}, "[U] with U from W");
   detail::require_extents(fn, "u", u, {B, T, U}, "[B, T, U] with B, T from x and U from W");
-  const auto u_matrix = detail::as_matrix(u);
-  Kokkos::parallel_for("paraseq::project_inputs_bias",
-                       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {long(u_matrix.extent(0)), U}),
-                       detail::FillBias<std::decay_t<decltype(u_matrix)>, BiasView>{u_matrix, bias});
-  detail::gemm(space, false, true, 1, detail::as_matrix(x), W, 1, u_matrix);
+  using value = typename UView::non_const_value_type;
+  constexpr bool compiled = detail::converts_to_compiled_view<XView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<WView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<BiasView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<UView, value, ExecSpace, true>();
+  if constexpr (compiled) {
+    const InView<value, 3, ExecSpace> x_view = x;
+    const InView<value, 2, ExecSpace> W_view = W;
+    const InView<value, 1, ExecSpace> bias_view = bias;
+    const OutView<value, 3, ExecSpace> u_view = u;
+    if constexpr (requires { detail::compiled_project_inputs(space, x_view, W_view, bias_view, u_view); })
+      detail::compiled_project_inputs(space, x_view, W_view, bias_view, u_view);
+    else detail::run_project_inputs(space, x_view, W_view, bias_view, u_view);
+  } else {
+    detail::run_project_inputs(space, x, W, bias, u);
+  }
 }
 
 template <class ExecSpace, class XView, class WView, class DUView, class DWView, class DBiasView, class DXView = NoGradient>
@@ -190,24 +250,33 @@ void project_inputs_backward(const ExecSpace& space, const XView& x, const WView
   detail::require_extents(fn, "du", du, {B, T, U}, "[B, T, U]");
   detail::require_extents(fn, "dW", dW, {U, D}, "the shape of W");
   detail::require_extents(fn, "db", dbias, {U}, "[U]");
-  const auto du_matrix = detail::as_matrix(du);
-  detail::gemm(space, true, false, 1, du_matrix, detail::as_matrix(x), 0, dW);
-  if constexpr (!std::is_same_v<DXView, NoGradient>) {
+  constexpr bool without_dx = std::is_same_v<DXView, NoGradient>;
+  if constexpr (!without_dx) {
     detail::require_contiguous(fn, "dx", dx);
     detail::require_extents(fn, "dx", dx, {B, T, D}, "the shape of x");
-    detail::gemm(space, false, false, 1, du_matrix, W, 0, detail::as_matrix(dx));
   }
-
-  // db: fixed runs of rows, then the runs in order.
-  using partial_view =
-      Kokkos::View<typename DBiasView::non_const_value_type**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-  using partials_t = detail::BiasPartials<std::decay_t<decltype(du_matrix)>, partial_view>;
-  const long rows = B * T, runs = std::max<long>(1, detail::ceil_div(rows, partials_t::run_length));
-  partial_view partial(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::bias_partials"), runs, U);
-  Kokkos::parallel_for("paraseq::bias_partials", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {runs, U}),
-                       partials_t{du_matrix, partial, rows});
-  Kokkos::parallel_for("paraseq::bias_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, U),
-                       detail::SumPartials<decltype(partial), DBiasView>{partial, dbias});
+  using value = typename DUView::non_const_value_type;
+  constexpr bool compiled = detail::converts_to_compiled_view<XView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<WView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<DUView, value, ExecSpace, false>() &&
+                            detail::converts_to_compiled_view<DWView, value, ExecSpace, true>() &&
+                            detail::converts_to_compiled_view<DBiasView, value, ExecSpace, true>() &&
+                            (without_dx || detail::converts_to_compiled_view<DXView, value, ExecSpace, true>());
+  if constexpr (compiled) {
+    const InView<value, 3, ExecSpace> x_view = x, du_view = du;
+    const InView<value, 2, ExecSpace> W_view = W;
+    const OutView<value, 2, ExecSpace> dW_view = dW;
+    const OutView<value, 1, ExecSpace> dbias_view = dbias;
+    OutView<value, 3, ExecSpace> dx_view; // empty: no dx asked for
+    if constexpr (!without_dx) dx_view = dx;
+    if constexpr (requires {
+                    detail::compiled_project_inputs_backward(space, x_view, W_view, du_view, dW_view, dbias_view, dx_view);
+                  })
+      detail::compiled_project_inputs_backward(space, x_view, W_view, du_view, dW_view, dbias_view, dx_view);
+    else detail::run_project_inputs_backward(space, x_view, W_view, du_view, dW_view, dbias_view, dx_view);
+  } else {
+    detail::run_project_inputs_backward(space, x, W, du, dW, dbias, dx);
+  }
 }
 
 } // namespace paraseq

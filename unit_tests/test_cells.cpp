@@ -6,6 +6,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include "elman_cell.hpp"
 #include "test_support.hpp"
 
 #include <gmock/gmock.h>
@@ -19,61 +20,6 @@ namespace {
 using namespace paraseq;
 using namespace paraseq::test;
 using ::testing::HasSubstr;
-
-
-// h' = tanh(W h + u), W: [N, N] with N <= 32, u: [B, T, N]. One group holds the whole state; the
-// gradient slots are W's entries, row-major.
-template <class T, class MemorySpace>
-struct ElmanCell {
-  using structure = Dense;
-  static constexpr int max_inputs_per_group = max_dense_size;
-  static constexpr int max_params_per_group = max_dense_size * max_dense_size;
-
-  Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace> W;
-
-  int state_size() const { return int(W.extent(0)); }
-  int input_size() const { return state_size(); }
-  int param_count() const { return state_size() * state_size(); }
-  KOKKOS_FUNCTION int inputs_per_group() const { return int(W.extent(0)); }
-  KOKKOS_FUNCTION int params_per_group() const { return int(W.extent(0) * W.extent(0)); }
-  KOKKOS_FUNCTION int input_column(int, int k) const { return k; }
-  KOKKOS_FUNCTION int param_index(int, int k) const { return k; }
-  void check(const char* fn) const {
-    if (W.extent(0) != W.extent(1)) paraseq::detail::throw_invalid(fn, "cell.W", "shape " + paraseq::detail::shape_of(W), "a square [N, N]");
-  }
-
-  template <class Acc>
-  KOKKOS_FUNCTION void step(int, const Acc* h, const Acc* u, Acc* f) const {
-    const int n = int(W.extent(0));
-    for (int i = 0; i < n; ++i) {
-      Acc pre = u[i];
-      for (int j = 0; j < n; ++j) pre += Acc(W(i, j)) * h[j];
-      f[i] = Kokkos::tanh(pre);
-    }
-  }
-  template <class Acc>
-  KOKKOS_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
-    step(g, h, u, f);
-    const int n = int(W.extent(0));
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) J[i * n + j] = (Acc(1) - f[i] * f[i]) * Acc(W(i, j));
-  }
-  template <class Acc>
-  KOKKOS_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc* dparams) const {
-    const int n = int(W.extent(0));
-    Acc f[max_dense_size];
-    step(g, h, u, f);
-    for (int i = 0; i < n; ++i) du[i] = mu[i] * (Acc(1) - f[i] * f[i]);
-    for (int j = 0; j < n; ++j) {
-      Acc sum = 0;
-      for (int i = 0; i < n; ++i) {
-        sum += Acc(W(i, j)) * du[i];
-        dparams[i * n + j] = du[i] * h[j];
-      }
-      dh[j] = sum;
-    }
-  }
-};
 
 // Blocks of three channels coupled through their mean: f_i = tanh(s * sum over the block of h_j + u_i).
 // A run-time state size that must be a multiple of 3; no parameters.
@@ -139,25 +85,6 @@ struct CellWithoutVjp {
 static_assert(NewtonCell<ParaGRU<float>, float> && NewtonCell<ParaLSTM<double>, double>);
 static_assert(NewtonCell<ElmanCell<double, Kokkos::HostSpace>, double> && NewtonCell<BlockMeanCell<Kokkos::HostSpace>, float>);
 static_assert(!NewtonCell<CellWithoutVjp, double> && paraseq::detail::has_cell_linearize<CellWithoutVjp, double>);
-
-Host3 elman_sequential(const Host2& W, const Host3& u, const Host2& h0 = {}) {
-  const int B = int(u.extent(0)), T = int(u.extent(1)), N = int(W.extent(0));
-  Host3 h("elman_reference", B, T, N);
-  for (int b = 0; b < B; ++b) {
-    std::vector<double> state(N), next(N);
-    for (int i = 0; i < N; ++i) state[i] = h0.data() ? h0(b, i) : 0;
-    for (int t = 0; t < T; ++t) {
-      for (int i = 0; i < N; ++i) {
-        double pre = u(b, t, i);
-        for (int j = 0; j < N; ++j) pre += W(i, j) * state[j];
-        next[i] = std::tanh(pre);
-      }
-      state = next;
-      for (int i = 0; i < N; ++i) h(b, t, i) = state[i];
-    }
-  }
-  return h;
-}
 
 template <class Space>
 class Cells : public ::testing::Test {};
@@ -306,37 +233,8 @@ TYPED_TEST(Cells, FloatCellsMatchTheirEquationsInDouble) {
   expect_float_cells_match_equations<TypeParam>(true);
 }
 
-// Contractive W: rows scaled so that |J| < 1.
-template <class Space>
-View2<double, Space> contractive_matrix(int N, unsigned seed, double bound = 0.9) {
-  View2<double, Space> W("W", N, N);
-  fill_uniform(W, -bound / std::sqrt(double(N)), bound / std::sqrt(double(N)), seed);
-  return W;
-}
-
 TYPED_TEST(Cells, ElmanDenseNewtonMatchesSequentialLoop) {
-  using Space = TypeParam;
-  for (int N : {8, 32}) {
-    SCOPED_TRACE("N=" + std::to_string(N));
-    const int B = 2, T_steps = N == 8 ? 500 : 100;
-    const auto W = contractive_matrix<Space>(N, 100 + N);
-    View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N);
-    View2<double, Space> h0("h0", B, N);
-    fill_uniform(u, -0.5, 0.5, 200 + N);
-    fill_uniform(h0, -0.5, 0.5, 300 + N);
-    const Host3 reference = elman_sequential(as_double2(W), as_double3(u), as_double2(h0));
-    const ElmanCell<double, typename Space::memory_space> cell{W};
-    for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
-      SCOPED_TRACE("mode=" + std::to_string(int(mode)));
-      NewtonConfig config;
-      config.mode = mode;
-      config.max_iters = 6;
-      config.fused_window = 40;
-      Kokkos::deep_copy(h, NAN);
-      newton_solve(Space{}, cell, u, h, config, h0);
-      EXPECT_LE(max_relative_error(h, reference), 1e-10);
-    }
-  }
+  expect_elman_solve_matches_sequential_loop<TypeParam, 9>(8, 500); // the dense N = 32: test_cells_dense.cpp
 }
 
 // Quasi-Newton keeps only diag(J): it still converges, but linearly, so it needs more iterations
@@ -466,20 +364,6 @@ TYPED_TEST(Cells, ElmanWithLargeJacobianRaisesDivergence) {
   }
 }
 
-TYPED_TEST(Cells, DenseStateLargerThan32IsRejected) {
-  using Space = TypeParam;
-  View2<double, Space> W("W", 33, 33);
-  View3<double, Space> u("u", 1, 4, 33), h("h", 1, 4, 33);
-  EXPECT_THROW(
-      {
-        try {
-          newton_solve(Space{}, ElmanCell<double, typename Space::memory_space>{W}, u, h);
-        } catch (const std::invalid_argument& e) {
-          EXPECT_THAT(e.what(), HasSubstr("1 <= N <= 32"));
-          throw;
-        }
-      },
-      std::invalid_argument);
-}
+TYPED_TEST(Cells, DenseStateWiderThanTheCellsBoundIsRejected) { expect_wider_state_rejected<TypeParam, 9>(); }
 
 } // namespace

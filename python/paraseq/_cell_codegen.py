@@ -44,7 +44,7 @@ from . import _field_codegen
 from ._field_codegen import _MATH_FUNCTIONS, _MOVES, _UNARY, Unsupported, _describe, _literal, _name, _shape
 
 STRUCTURE_TYPES = {"diag": "paraseq::Diagonal", "block2": "paraseq::BlockDiagonal<2>",
-                   "block4": "paraseq::BlockDiagonal<4>", "dense": "paraseq::Dense"}
+                   "block4": "paraseq::BlockDiagonal<4>"}
 _PRODUCTS = {"mm", "addmm", "mv", "addmv", "dot", "bmm"}
 _FILLS = {"zeros_like": 0, "ones_like": 1, "full_like": None, "new_zeros": 0, "new_ones": 1, "new_full": None}
 _STATE_MOVES = _MOVES - {"detach"}  # a detached h_prev would change the Jacobian: not taken as a move
@@ -424,6 +424,12 @@ def _adjoint_lines(k, op):
     return [f"{_adjoint(ref)} += {value};" for ref, value in terms if _adjoint(ref) is not None]
 
 
+def _structure_type(structure, d):
+    """The C++ structure of df/dh; a dense group is the whole state, whose width bounds the solver's
+    maps (DenseUpTo<N>: N x N, not Dense's 32 x 32, which compile and run that much faster)."""
+    return f"paraseq::DenseUpTo<{d}>" if structure == "dense" else STRUCTURE_TYPES[structure]
+
+
 def cell_source(program, structure, d):
     """The C++ struct UserCell<T, Space> of one group's program."""
     inputs, params = len(program.input_columns), len(program.param_columns)
@@ -441,7 +447,7 @@ def cell_source(program, structure, d):
     return f"""// A group: {d} state value(s), {len(program.ops)} operations, {inputs} input(s), {params} parameter(s).
 template <class T, class Space>
 struct UserCell {{
-  using structure = {STRUCTURE_TYPES[structure]};
+  using structure = {_structure_type(structure, d)};
   static constexpr int group_size = {d};
   static constexpr int inputs = {inputs};  // columns of u per group
   static constexpr int params = {params};  // parameter slots per group

@@ -40,13 +40,13 @@ struct ZeroInitialState {};
 namespace detail {
 
 template <class Structure>
-inline constexpr int a_rank = std::is_same_v<Structure, Diagonal> ? 3 : std::is_same_v<Structure, Dense> ? 4 : 5;
+inline constexpr int a_rank = std::is_same_v<Structure, Diagonal> ? 3 : is_dense_v<Structure> ? 4 : 5;
 
 // Element (i, j) of group g's block of A at (batch, t).
 template <class Structure, class AView>
 KOKKOS_INLINE_FUNCTION auto a_entry(const AView& A, int batch, int t, int g, int i, int j) {
   if constexpr (std::is_same_v<Structure, Diagonal>) return A(batch, t, g);
-  else if constexpr (std::is_same_v<Structure, Dense>) return A(batch, t, i, j);
+  else if constexpr (is_dense_v<Structure>) return A(batch, t, i, j);
   else return A(batch, t, g, i, j);
 }
 
@@ -127,7 +127,7 @@ void check_scan_views() {
   static_assert(Kokkos::is_execution_space_v<ExecSpace>,
                 "paraseq::linear_scan: the first argument must be a Kokkos execution space instance");
   static_assert(is_structure_v<Structure>,
-                "paraseq::linear_scan: the structure must be paraseq::Diagonal, BlockDiagonal<K> or Dense");
+                "paraseq::linear_scan: the structure must be paraseq::Diagonal, BlockDiagonal<K>, Dense or DenseUpTo<N>");
   static_assert(Kokkos::is_view_v<AView> && Kokkos::is_view_v<BView> && Kokkos::is_view_v<OutView>,
                 "paraseq::linear_scan: A, b and the output must be Kokkos::Views");
   static_assert(int(AView::rank) == a_rank<Structure>,
@@ -151,9 +151,13 @@ ScanShape check_scan_extents(const char* fn, const AView& A, const BView& b, con
                              const char* out_name) {
   const int B = int(b.extent(0)), T = int(b.extent(1)), N = int(b.extent(2));
   require_extents(fn, out_name, out, {B, T, N}, std::string("the shape of ") + b_name);
-  if constexpr (std::is_same_v<Structure, Dense>) {
-    if (N > max_dense_size)
-      throw_invalid(fn, b_name, shape_of(b), "a state size N <= " + std::to_string(max_dense_size) + " for a Dense A");
+  if constexpr (is_dense_v<Structure>) {
+    if (N > Structure::max_group_size)
+      throw_invalid(fn, b_name, shape_of(b),
+                    "a state size N <= " + std::to_string(Structure::max_group_size) + " for a " +
+                        (Structure::max_group_size == max_dense_size ? std::string("Dense")
+                                                                     : "DenseUpTo<" + std::to_string(Structure::max_group_size) + ">") +
+                        " A");
     require_extents(fn, "A", A, {B, T, N, N}, "[B, T, N, N] for a Dense A");
   } else if constexpr (std::is_same_v<Structure, Diagonal>) {
     require_extents(fn, "A", A, {B, T, N}, "[B, T, N] for a Diagonal A");

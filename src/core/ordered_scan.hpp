@@ -224,7 +224,7 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t window_scratch_count(const ScanPlan
 // spaces a warp of lanes and up to 16 sub-chunks per team, limited by team scratch.
 template <class Structure, class Acc, class ExecSpace>
 ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanConfig& config = {}) {
-  static_assert(is_structure_v<Structure>, "paraseq::plan_scan: Structure must be Diagonal, BlockDiagonal<K> or Dense");
+  static_assert(is_structure_v<Structure>, "paraseq::plan_scan: Structure must be Diagonal, BlockDiagonal<K>, Dense or DenseUpTo<N>");
   constexpr int D = Structure::max_group_size;
   constexpr bool on_host = runs_on_host<ExecSpace>;
   constexpr bool grouped = Structure::fixed_group_size > 0;
@@ -1020,7 +1020,7 @@ void ordered_scan(const ExecSpace& space, const ScanShape& shape, const Recurren
                   const ScanConfig& config = {}) {
   static_assert(Kokkos::is_execution_space_v<ExecSpace>,
                 "paraseq::ordered_scan: the first argument must be a Kokkos execution space instance");
-  static_assert(is_structure_v<Structure>, "paraseq::ordered_scan: Structure must be Diagonal, BlockDiagonal<K> or Dense");
+  static_assert(is_structure_v<Structure>, "paraseq::ordered_scan: Structure must be Diagonal, BlockDiagonal<K>, Dense or DenseUpTo<N>");
   static_assert(std::is_floating_point_v<Acc>, "paraseq::ordered_scan: the accumulation type must be float or double");
   const ScanPlan plan = plan_scan<Structure, Acc>(space, shape, config);
   detail::OrderedScan<Structure, Acc, ExecSpace, Recurrence>(shape, plan, rec).run(space, config.team_chunks > 0);

@@ -26,12 +26,18 @@ struct BlockDiagonal {
   static constexpr const char* name = "block-diagonal";
 };
 
-// A is [B, T, N, N] with N <= max_dense_size: one group of all channels.
-struct Dense {
+// A is [B, T, N, N] with N <= MaxSize: one group of all channels. The bound sizes what a thread
+// keeps on chip (an N x N map and its offset) and every array of the kernels: a recurrence or cell
+// whose state is never wider than 8 declares DenseUpTo<8> and gets maps 16 times smaller than
+// Dense's, which compile and run that much faster.
+template <int MaxSize>
+struct DenseUpTo {
+  static_assert(MaxSize >= 1 && MaxSize <= max_dense_size, "paraseq::DenseUpTo<MaxSize>: MaxSize must be 1 to 32");
   static constexpr int fixed_group_size = 0; // N, known at run time
-  static constexpr int max_group_size = max_dense_size;
+  static constexpr int max_group_size = MaxSize;
   static constexpr const char* name = "dense";
 };
+using Dense = DenseUpTo<max_dense_size>;
 
 template <class S>
 inline constexpr bool is_structure_v = false;
@@ -39,8 +45,13 @@ template <>
 inline constexpr bool is_structure_v<Diagonal> = true;
 template <int K>
 inline constexpr bool is_structure_v<BlockDiagonal<K>> = true;
-template <>
-inline constexpr bool is_structure_v<Dense> = true;
+template <int MaxSize>
+inline constexpr bool is_structure_v<DenseUpTo<MaxSize>> = true;
+
+template <class S>
+inline constexpr bool is_dense_v = false;
+template <int MaxSize>
+inline constexpr bool is_dense_v<DenseUpTo<MaxSize>> = true;
 
 // Channels per group for a state of n channels.
 template <class Structure>

@@ -2,9 +2,10 @@
 // The cell concept: what the Newton solver needs from a recurrence h_t = f(h_{t-1}, u_t).
 //
 // The state of N channels splits into groups of d channels (the declared structure of df/dh:
-// Diagonal d = 1, BlockDiagonal<K> d = K, Dense d = N <= 32); group g owns channels g*d .. g*d+d-1
-// and f of a group depends only on that group's state. The solver hands a cell the group's state
-// and the group's inputs as small on-chip arrays, so a cell never sees Views of h or u:
+// Diagonal d = 1, BlockDiagonal<K> d = K, Dense d = N <= 32, DenseUpTo<M> d = N <= M); group g
+// owns channels g*d .. g*d+d-1 and f of a group depends only on that group's state. The solver
+// hands a cell the group's state and the group's inputs as small on-chip arrays, so a cell never
+// sees Views of h or u:
 //
 //   struct MyCell {
 //     using structure = paraseq::Diagonal;          // structure of df/dh
@@ -95,7 +96,7 @@ namespace detail {
 template <class Cell, class Acc>
 constexpr void check_cell() {
   static_assert(has_cell_structure<Cell>,
-                "paraseq cell: declare `using structure = paraseq::Diagonal;` (or BlockDiagonal<K>, Dense): "
+                "paraseq cell: declare `using structure = paraseq::Diagonal;` (or BlockDiagonal<K>, Dense, DenseUpTo<M>): "
                 "the structure of the state Jacobian df/dh");
   static_assert(has_cell_bounds<Cell>,
                 "paraseq cell: declare `static constexpr int max_inputs_per_group` and `max_params_per_group`");

@@ -111,10 +111,10 @@ void check_newton_views(const char* fn, const Cell& cell, const UView& u, const 
   require_extents(fn, "u", u, {B, T, cell.input_size()}, "[B, T, cell.input_size()]");
   require_extents(fn, "h", h, {B, T, N}, "[B, T, cell.state_size()] with B, T from u");
   using structure = typename Cell::structure;
-  if constexpr (std::is_same_v<structure, Dense>) {
-    if (N > max_dense_size || N < 1)
+  if constexpr (is_dense_v<structure>) {
+    if (N > structure::max_group_size || N < 1)
       throw_invalid(fn, "cell", "state size " + std::to_string(N),
-                    "1 <= N <= " + std::to_string(max_dense_size) + " for a dense Jacobian");
+                    "1 <= N <= " + std::to_string(structure::max_group_size) + " for the cell's dense Jacobian");
   } else if (N % structure::fixed_group_size != 0) {
     throw_invalid(fn, "cell", "state size " + std::to_string(N),
                   "a multiple of the block size " + std::to_string(structure::fixed_group_size));

@@ -2,13 +2,6 @@
 #include "kernels.hpp"
 #include "odeint_checks.hpp"
 
-#include <paraseq/config.hpp>
-// With the compiled instances the loops are in the paraseq library and each (field, method) pair
-// is instantiated here; without them CMake generates a unit per pair (odeint_instance.cpp.in).
-#if PARASEQ_ETI
-#include "odeint_integrate.hpp"
-#endif
-
 namespace paraseq::torch_bridge {
 namespace {
 

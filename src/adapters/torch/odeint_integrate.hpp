@@ -1,8 +1,8 @@
 #pragma once
 // The work of paraseq::odeint and odeint_backward for one field and method. Included by the
-// operators (a built-in field: every float type x space, see odeint.hpp; its loops are the paraseq
-// library's compiled instances, or without them units generated from odeint_instance.cpp.in) and by
-// the extensions generated for a function of your own (one type and space).
+// operators' units generated from odeint_instance.cpp.in (a built-in field: every float type x
+// space, see odeint.hpp) and by the extensions generated for a function of your own (one type and
+// space).
 
 #include "odeint.hpp"
 

@@ -9,7 +9,9 @@ compiles with the headers and Kokkos that libparaseq_torch.build.json next to th
 
 Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
 generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
-paraseq's headers: a second use loads the library.
+paraseq's headers: a second use loads the library. A compile is announced by a CompilingWarning
+(eager calls only: a warning would break a torch.compile graph), so that the first call's tens of
+seconds are not a silent stall.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -42,6 +45,13 @@ EXTENSION_CONFIG = """#pragma once
 """
 statistics = {"compiles": 0, "loads": 0}  # this process's compiles and library loads (for tests)
 _loaded: set = set()  # namespaces loaded in this process
+
+
+class CompilingWarning(UserWarning):
+    """A function or cell of your own is being compiled into a C++ extension for the compiled path
+    (compile="auto" or True): the first use with these versions, tens of seconds; later uses, in any
+    process, load it from the disk cache. Filter it with
+    ``warnings.filterwarnings("ignore", category=paraseq.CompilingWarning)``."""
 
 
 class BuildUnavailable(Exception):
@@ -190,6 +200,11 @@ def load(function: str, prefix: str, subdirectory: str, source_for: Callable[[st
     with open(directory / f"{namespace}.lock", "w") as lock:  # one compile when processes race
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not library_path.is_file():
+            if not torch.compiler.is_compiling():
+                warnings.warn(f"{function}: compiling the compiled path's C++ extension for your function or cell (its "
+                              "first use with these versions: tens of seconds; cached in "
+                              f"{directory}, so later uses load it); compile=False takes the general path instead",
+                              CompilingWarning, stacklevel=4)
             source_path.write_text(source_for(namespace))
             _compile(function, settings, source_path, library_path)
     torch.ops.load_library(str(library_path))

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import cached_use_in_a_new_process, graph_break_count
-from paraseq import NewtonConfig, NewtonDivergenceError, _compiled_cell, _extension_build, _user_cell, _user_function, \
-    compile_safe_config, newton_apply
+from paraseq import CompilingWarning, NewtonConfig, NewtonDivergenceError, _compiled_cell, _extension_build, _user_cell, \
+    _user_function, compile_safe_config, newton_apply
 from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
 
 CELLS = [DiagonalCell, TwoSlotCell, DenseGRU]
@@ -53,6 +53,7 @@ def test_auto_is_the_compiled_path_and_two_calls_are_bitwise_equal(monkeypatch):
     monkeypatch.setattr(_user_cell, "solve", general_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", CompilingWarning)  # a first use announces its compile
         auto = newton_apply(cell, x, h0=h0)
     assert torch.equal(auto, newton_apply(cell, x, h0=h0, compile=True))
     assert torch.equal(auto, newton_apply(cell, x, h0=h0))
@@ -265,6 +266,27 @@ def test_a_second_call_and_another_hidden_size_hit_the_cache_and_a_new_process_l
     assert (compiled, loaded) == (0, 1)
     # A compile takes tens of seconds; loading well under one (the bound leaves room for a busy machine).
     assert seconds < 5.0, f"a cached use took {seconds} s"
+
+
+class ScaledDecayCell(DiagonalCell):
+    """A diagonal cell whose generated source no other test compiles."""
+
+    def step(self, h, x):
+        return torch.tanh(0.625 * self.decay * h + self.input_map(x))
+
+
+def test_a_compile_is_announced_once_and_a_cached_use_is_silent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARASEQ_CACHE_DIR", str(tmp_path))
+    cell, x, h0 = cell_case(ScaledDecayCell, "cpu", T=4)
+    compiles = _extension_build.statistics["compiles"]
+    with pytest.warns(CompilingWarning, match=f"newton_apply: compiling .* cached in {tmp_path}"):
+        h = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    assert _extension_build.statistics["compiles"] == compiles + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilingWarning)
+        again = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    assert torch.equal(h, again)
+    torch.testing.assert_close(h, cell_loop(cell, x, h0), rtol=0, atol=1e-12)
 
 
 # ---- errors --------------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 // ode::solve and ode::solve_with_gradient (loops/integrate.hpp). The operators (odeint_forward.cpp,
 // odeint_backward.cpp) check their arguments and pick the field and method; the work for one
 // field and method, every float type x space, is `integrate` or `integrate_adjoint` of
-// odeint_integrate.hpp, instantiated in translation units that CMake generates (one per field and
-// direction, or without the compiled instances, whose loops it then compiles, one per field,
-// method and direction), so that a parallel build compiles them side by side.
+// odeint_integrate.hpp, instantiated in translation units that CMake generates (three fields per
+// unit and direction, or without the compiled instances, whose loops it then compiles, one per
+// field, method and direction), so that a parallel build compiles them side by side.
 
 #include "runtime.hpp"
 

@@ -11,3 +11,8 @@
 #include <paraseq/solvers/newton_backward.hpp>
 #include <paraseq/loops/fields.hpp>
 #include <paraseq/loops/integrate.hpp>
+
+#include <paraseq/config.hpp>
+#if PARASEQ_HAVE_MPI
+#include <paraseq/core/mpi_scan.hpp>
+#endif

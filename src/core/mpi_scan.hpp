@@ -367,7 +367,8 @@ void scan_over_ranks(const ExecSpace& space, MPI_Comm comm, const AView& A, cons
 
 } // namespace detail
 
-// h_t = A_t h_{t-1} + b_t over the ranks of comm, h_{-1} = h0 (rank 0's; zero without h0).
+// h_t = A_t h_{t-1} + b_t with the time axis split across the ranks of comm (collective: every rank
+// calls it with its slice of A, b and h, [B, T_r, ...]); h_{-1} = h0 [B, N], read on rank 0 only.
 template <class ExecSpace, class Structure, class AView, class BView, class HView, class H0View>
   requires(Kokkos::is_view_v<H0View>)
 void linear_scan(const ExecSpace& space, MPI_Comm comm, Structure, const AView& A, const BView& b, const HView& h,
@@ -379,6 +380,7 @@ void linear_scan(const ExecSpace& space, MPI_Comm comm, Structure, const AView& 
   detail::scan_over_ranks<detail::Direction::forward, Structure>(space, comm, A, b, h, h0, config);
 }
 
+// The same from h_{-1} = 0.
 template <class ExecSpace, class Structure, class AView, class BView, class HView>
 void linear_scan(const ExecSpace& space, MPI_Comm comm, Structure, const AView& A, const BView& b, const HView& h,
                  const ScanConfig& config = {}) {
@@ -386,7 +388,8 @@ void linear_scan(const ExecSpace& space, MPI_Comm comm, Structure, const AView& 
   detail::scan_over_ranks<detail::Direction::forward, Structure>(space, comm, A, b, h, ZeroInitialState{}, config);
 }
 
-// lambda_t = A_{t+1}^T lambda_{t+1} + g_t over the ranks of comm, lambda_{T-1} = g_{T-1} at the global end.
+// lambda_t = A_{t+1}^T lambda_{t+1} + g_t with the time axis split across the ranks of comm
+// (collective; lambda_{T-1} = g_{T-1} at the global end, on the last rank with steps).
 template <class ExecSpace, class Structure, class AView, class GView, class LView>
 void linear_scan_reverse(const ExecSpace& space, MPI_Comm comm, Structure, const AView& A, const GView& g,
                          const LView& lambda, const ScanConfig& config = {}) {

@@ -11,3 +11,9 @@
 #include <paraseq/solvers/newton_backward.hpp>
 #include <paraseq/loops/fields.hpp>
 #include <paraseq/loops/integrate.hpp>
+
+// paraseq::mpi, the scans over MPI ranks, when paraseq was built with MPI (PARASEQ_ENABLE_MPI).
+#include <paraseq/config.hpp>
+#if PARASEQ_HAVE_MPI
+#include <paraseq/core/mpi_scan.hpp>
+#endif

@@ -6,8 +6,8 @@
 
 The Python part is every name in paraseq.__all__ and every field of paraseq.fields, with its
 signature and its numpydoc docstring (imports paraseq, so it needs torch and the operator library).
-The C++ part is every declaration at namespace scope of paraseq and paraseq::ode in the public
-headers (not in a `detail` namespace), with the comment above it.
+The C++ part is every declaration at namespace scope of paraseq, paraseq::mpi and paraseq::ode in
+the public headers (not in a `detail` namespace), with the comment above it.
 """
 
 import argparse
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "docs" / "api.md"
 HEADERS = [
-    "core/linear_scan.hpp", "core/structure.hpp", "core/views.hpp", "core/ordered_scan.hpp",
+    "core/linear_scan.hpp", "core/mpi_scan.hpp", "core/structure.hpp", "core/views.hpp", "core/ordered_scan.hpp",
     "solvers/newton_config.hpp", "solvers/cell.hpp", "solvers/cells.hpp", "solvers/newton.hpp", "solvers/cell_step.hpp",
     "solvers/newton_backward.hpp", "solvers/input_projection.hpp",
     "loops/options.hpp", "loops/field.hpp", "loops/fields.hpp", "loops/tableaus.hpp", "loops/integrate.hpp",
@@ -135,8 +135,9 @@ def declaration_text(statement):
 
 def cpp_entries():
     out = ["## C++ (`#include <paraseq/paraseq.hpp>`)", "",
-           "Every declaration of the public headers at namespace scope (`paraseq`, `paraseq::ode`), with the "
-           "comment above it; the headers say more. Every function checks its arguments and throws "
+           "Every declaration of the public headers at namespace scope (`paraseq`, `paraseq::mpi`, `paraseq::ode`), "
+           "with the comment above it; the headers say more (`paraseq/core/mpi_scan.hpp` is included when paraseq "
+           "was built with MPI, `PARASEQ_HAVE_MPI`). Every function checks its arguments and throws "
            "`std::invalid_argument` naming the argument, what was given and what was expected.", ""]
     for header in HEADERS:
         entries = [(c, s) for c, s in header_entries(REPO / "src" / header) if s]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Checks PARASEQ_KOKKOS (cmake/paraseqKokkos.cmake) in an environment that has an installed Kokkos.
+# Checks PARASEQ_KOKKOS (cmake/paraseqKokkos.cmake) in an environment that has an installed Kokkos,
+# and PARASEQ_ENABLE_MPI in one that has an MPI.
 # `choice` (run by `tools/dev test`, needs no Kokkos source): bad values fail with a message naming
-# them; SYSTEM and AUTO take the installed Kokkos. `bundled` (by hand: it needs a Kokkos source tree
+# them; SYSTEM and AUTO take the installed Kokkos; MPI's AUTO takes the MPI, or none when
+# find_package(MPI) is disabled, and OFF none. `bundled` (by hand: it needs a Kokkos source tree
 # or GitHub, which CI has neither of) also checks that AUTO without an installed Kokkos, and BUNDLED,
 # build the bundled Kokkos. The BUNDLED build (OpenMP, header-only paraseq) is
 # installed into a scratch prefix, and unit_tests/install_test, a consumer project, finds paraseq
@@ -51,6 +53,13 @@ configure system -DPARASEQ_KOKKOS=SYSTEM || { tail -n 20 "$work/system.log" >&2;
 expect_in_log system "(SYSTEM, bundled: OFF)"
 configure auto -DPARASEQ_KOKKOS=AUTO || { tail -n 20 "$work/auto.log" >&2; fail "auto: configure failed"; }
 expect_in_log auto "(AUTO, bundled: OFF)"
+expect_in_log auto "paraseq: MPI ON (PARASEQ_ENABLE_MPI=AUTO)"
+expect_configure_error bad-mpi "PARASEQ_ENABLE_MPI is 'yes'; expected one of: AUTO, ON, OFF" -DPARASEQ_ENABLE_MPI=yes
+configure mpi-auto-without-mpi -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON ||
+  { tail -n 20 "$work/mpi-auto-without-mpi.log" >&2; fail "mpi-auto-without-mpi: configure failed"; }
+expect_in_log mpi-auto-without-mpi "paraseq: MPI OFF (PARASEQ_ENABLE_MPI=AUTO)"
+configure mpi-off -DPARASEQ_ENABLE_MPI=OFF || { tail -n 20 "$work/mpi-off.log" >&2; fail "mpi-off: configure failed"; }
+expect_in_log mpi-off "paraseq: MPI OFF (PARASEQ_ENABLE_MPI=OFF)"
 [[ $mode == choice ]] || {
 # Without an installed Kokkos, AUTO builds the bundled one, with the default backends (no CUDA here).
 configure auto-without-kokkos -DPARASEQ_KOKKOS=AUTO -DCMAKE_DISABLE_FIND_PACKAGE_Kokkos=ON "${source_args[@]}" ||
@@ -59,7 +68,7 @@ expect_in_log auto-without-kokkos "(AUTO, bundled: ON), devices: OPENMP;SERIAL"
 }
 
 if [[ $mode == choice ]]; then
-  echo "kokkos_choice_test: PARASEQ_KOKKOS checks passed (choice)"
+  echo "kokkos_choice_test: PARASEQ_KOKKOS and PARASEQ_ENABLE_MPI checks passed (choice)"
   exit 0
 fi
 

@@ -66,11 +66,11 @@ def test_variant_without_cmake_option_fails(tmp_path):
     recipe = edited_recipe(
         tmp_path,
         '    variant("tests",',
-        '    variant("mpi", default=False, description="Use MPI")\n    variant("tests",',
+        '    variant("hdf5", default=False, description="Write HDF5 files")\n    variant("tests",',
     )
     result = run_checker("--recipe", recipe)
     assert result.returncode == 1
-    assert "variant 'mpi' reaches no CMake option" in result.stderr
+    assert "variant 'hdf5' reaches no CMake option" in result.stderr
 
 
 @pytest.mark.parametrize("kernels_folder, passes", [("kernels", True), ("build", False)])

@@ -42,6 +42,7 @@ EXTENSION_CONFIG = """#pragma once
 // Written by paraseq (python/paraseq/_extension_build.py) for its generated extensions.
 #define PARASEQ_ETI 0
 #define PARASEQ_ETI_ONLY 0
+#define PARASEQ_HAVE_MPI 0
 """
 statistics = {"compiles": 0, "loads": 0}  # this process's compiles and library loads (for tests)
 _loaded: set = set()  # namespaces loaded in this process

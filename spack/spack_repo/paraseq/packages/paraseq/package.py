@@ -32,6 +32,11 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
         default=False,
         description="Build the PyTorch operators and install the Python package",
     )
+    variant(
+        "mpi",
+        default=False,
+        description="Build paraseq::mpi, the linear scans over the ranks of an MPI communicator",
+    )
     variant("tests", default=False, description="Build the unit tests")
     variant(
         "eti",
@@ -103,6 +108,7 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
         for _arch in CudaPackage.cuda_arch_values:
             depends_on(f"py-torch+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
 
+    depends_on("mpi", when="+mpi")
     depends_on("googletest+gmock", type=("build", "link"), when="+tests")
 
     conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a cuda_arch for Kokkos")
@@ -113,6 +119,8 @@ class Paraseq(CMakePackage, CudaPackage, PythonExtension):
             self.define("PARASEQ_KOKKOS", "SYSTEM"),
             self.define_from_variant("PARASEQ_ENABLE_KOKKOSKERNELS", "kernels"),
             self.define_from_variant("PARASEQ_ENABLE_TORCH", "torch"),
+            # ON or OFF, never AUTO: an MPI found on the system is not the spec's.
+            self.define_from_variant("PARASEQ_ENABLE_MPI", "mpi"),
             self.define_from_variant("PARASEQ_ENABLE_TESTS", "tests"),
             self.define_from_variant("PARASEQ_ETI", "eti"),
             self.define_from_variant("PARASEQ_ETI_ONLY", "eti_only"),

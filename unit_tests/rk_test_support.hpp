@@ -13,6 +13,11 @@
 
 namespace paraseq::test {
 
+// The tests' calls whose subject is not the loop mode compile the fused loop alone,
+// ode::solve<fused_only>(...): for a built-in field and a method with compiled instances, that is
+// the paraseq library's instance, so that such a call compiles no loop kernel in the test's unit.
+inline constexpr ode::CompiledModes fused_only = ode::CompiledModes::fused_only;
+
 // y'' + c y' + k y = 0 with y(0) = y0, y'(0) = v0, underdamped (c^2 < 4k): the state (y, y') at t.
 inline std::array<double, 2> oscillator_exact(double y0, double v0, double k, double c, double t) {
   const double omega = std::sqrt(k - c * c / 4), decay = std::exp(-c * t / 2);

@@ -1,7 +1,8 @@
 // Gradients through the Runge–Kutta loops (the discrete adjoint) on every enabled execution space:
 // against central finite differences, against the closed form for adaptive steps, across
 // checkpoint intervals, batch chunks and loop modes (same bits). Reverse mode through a test loop
-// and dual numbers: test_rk_gradients_reverse.cpp.
+// and dual numbers: test_rk_gradients_reverse.cpp. Calls whose subject is not the loop mode compile
+// the fused loop alone (fused_only): for the built-in fields, the paraseq library's instances.
 
 #include "rk_test_support.hpp"
 
@@ -63,12 +64,12 @@ TYPED_TEST(RungeKuttaGradients, FixedStepGradientsMatchFiniteDifferences) {
   auto steps = ode::FixedSteps::count(0, 0.05, 30).observe_at({0.3, 0.77, 1.5});
   auto run = [&](auto method) {
     auto loss = [&] {
-      ode::solve(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed));
+      ode::solve<fused_only>(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed));
       return dot(y1, w_final) + dot(observed, w_obs);
     };
-    ode::solve_with_gradient(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed),
-                             ode::final_and_observed(w_final, w_obs),
-                             ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
+    ode::solve_with_gradient<fused_only>(Space{}, method, batch.problem(), steps, ode::final_and_observed(y1, observed),
+                                         ode::final_and_observed(w_final, w_obs),
+                                         ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
     expect_central_differences(batch.y0, loss, y0_bar, 1e-6, 1e-8, std::string(method.name) + " y0");
     expect_central_differences(batch.params, loss, p_bar, 1e-6, 1e-8, std::string(method.name) + " params");
   };
@@ -93,22 +94,24 @@ TYPED_TEST(RungeKuttaGradients, SharedParameterGradientsMatchFiniteDifferences) 
 
   const auto linear = ode::problem(ode::Linear<ode::Sharing::shared, ode::Sharing::own>{n}, y0, b, A);
   auto linear_loss = [&] {
-    ode::solve(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1));
+    ode::solve<fused_only>(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1));
     return dot(y1, w);
   };
-  ode::solve_with_gradient(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1), ode::final_state(w),
-                           ode::Gradients<decltype(y0_bar), decltype(b_bar), decltype(A_bar)>{y0_bar, b_bar, A_bar});
+  ode::solve_with_gradient<fused_only>(
+      Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1), ode::final_state(w),
+      ode::Gradients<decltype(y0_bar), decltype(b_bar), decltype(A_bar)>{y0_bar, b_bar, A_bar});
   expect_central_differences(A, linear_loss, A_bar, 1e-6, 1e-8, "Linear A (shared)");
   expect_central_differences(b, linear_loss, b_bar, 1e-6, 1e-8, "Linear b (own)");
   expect_central_differences(y0, linear_loss, y0_bar, 1e-6, 1e-8, "Linear y0");
 
   const auto mlp = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
   auto mlp_loss = [&] {
-    ode::solve(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1));
+    ode::solve<fused_only>(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1));
     return dot(y1, w);
   };
-  ode::solve_with_gradient(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1), ode::final_state(w),
-                           ode::Gradients<ode::NoView, ode::NoView, decltype(weights_bar)>{{}, {}, weights_bar});
+  ode::solve_with_gradient<fused_only>(
+      Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1), ode::final_state(w),
+      ode::Gradients<ode::NoView, ode::NoView, decltype(weights_bar)>{{}, {}, weights_bar});
   expect_central_differences(weights, mlp_loss, weights_bar, 1e-6, 1e-8, "Mlp weights (shared)");
 }
 
@@ -146,17 +149,19 @@ TYPED_TEST(RungeKuttaGradients, CheckpointIntervalsChunksAndLoopModesGiveTheSame
   { // a call that compiles the fused loop alone gives the same bits, and refuses the stepped mode
     View2<float, Space> y0_bar("y0_bar", N, n);
     View1<float, Space> weights_bar("weights_bar", Q);
-    const ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)> fused_only{y0_bar, {}, weights_bar};
-    ode::solve_with_gradient<ode::CompiledModes::fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh,
-                                                             ode::final_state(y1), ode::final_state(w), fused_only);
+    const ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)> only_fused{y0_bar, {}, weights_bar};
+    ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1),
+                                         ode::final_state(w), only_fused);
     EXPECT_TRUE(bitwise_equal(y0_bar, reference.first));
     EXPECT_TRUE(bitwise_equal(weights_bar, reference.second));
     ode::SolveOptions stepped;
     stepped.mode = ode::LoopMode::stepped;
-    EXPECT_THAT([&] { ode::solve_with_gradient<ode::CompiledModes::fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh,
-                                                                               ode::final_state(y1), ode::final_state(w),
-                                                                               fused_only, stepped); },
-                ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
+    EXPECT_THAT(
+        [&] {
+          ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1),
+                                               ode::final_state(w), only_fused, stepped);
+        },
+        ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
   }
   EXPECT_THAT([&] { gradients(0, 64, ode::LoopMode::fused); },
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
@@ -175,29 +180,35 @@ TYPED_TEST(RungeKuttaGradients, AdaptiveGradientsMatchTheClosedForm) {
   auto steps = ode::AdaptiveSteps{};
   steps.t_end = t_end, steps.rtol = 1e-10, steps.atol = 1e-12;
   steps.observation_times = {inside};
+  const ode::Gradients<decltype(y0_bar), decltype(p_bar)> gradients{y0_bar, p_bar};
+  ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs), gradients);
+  // One declaration per rank: nvcc rejects an auto declaration that deduces different types.
+  auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), gy = to_host(y0_bar), gp = to_host(p_bar);
+  auto hwo = to_host(w_obs);
+  for (int i = 0; i < N; ++i) {
+    auto loss = [&](double a, double v, double k, double c) {
+      const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
+      return hw(i, 0) * end[0] + hw(i, 1) * end[1] + hwo(i, 0, 0) * mid[0] + hwo(i, 0, 1) * mid[1];
+    };
+    const double e = 1e-6, a = hy(i, 0), v = hy(i, 1), k = hp(i, 0), c = hp(i, 1);
+    const double exact[4] = {(loss(a + e, v, k, c) - loss(a - e, v, k, c)) / (2 * e),
+                             (loss(a, v + e, k, c) - loss(a, v - e, k, c)) / (2 * e),
+                             (loss(a, v, k + e, c) - loss(a, v, k - e, c)) / (2 * e),
+                             (loss(a, v, k, c + e) - loss(a, v, k, c - e)) / (2 * e)};
+    const double computed[4] = {gy(i, 0), gy(i, 1), gp(i, 0), gp(i, 1)};
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(computed[j], exact[j], 1e-7) << "trajectory " << i << " gradient " << j;
+  }
+  // The stepped loops (the same call, LoopMode::stepped) give the same bits.
+  View2<double, Space> stepped_y0_bar("stepped_y0_bar", N, 2), stepped_p_bar("stepped_p_bar", N, 2);
   ode::SolveOptions stepped;
   stepped.mode = ode::LoopMode::stepped;
-  for (const auto& options : {ode::SolveOptions{}, stepped}) {
-    ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
-                             ode::final_and_observed(w, w_obs), ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar},
-                             options);
-    // One declaration per rank: nvcc rejects an auto declaration that deduces different types.
-    auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), gy = to_host(y0_bar), gp = to_host(p_bar);
-    auto hwo = to_host(w_obs);
-    for (int i = 0; i < N; ++i) {
-      auto loss = [&](double a, double v, double k, double c) {
-        const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
-        return hw(i, 0) * end[0] + hw(i, 1) * end[1] + hwo(i, 0, 0) * mid[0] + hwo(i, 0, 1) * mid[1];
-      };
-      const double e = 1e-6, a = hy(i, 0), v = hy(i, 1), k = hp(i, 0), c = hp(i, 1);
-      const double exact[4] = {(loss(a + e, v, k, c) - loss(a - e, v, k, c)) / (2 * e),
-                               (loss(a, v + e, k, c) - loss(a, v - e, k, c)) / (2 * e),
-                               (loss(a, v, k + e, c) - loss(a, v, k - e, c)) / (2 * e),
-                               (loss(a, v, k, c + e) - loss(a, v, k, c - e)) / (2 * e)};
-      const double computed[4] = {gy(i, 0), gy(i, 1), gp(i, 0), gp(i, 1)};
-      for (int j = 0; j < 4; ++j) EXPECT_NEAR(computed[j], exact[j], 1e-7) << "trajectory " << i << " gradient " << j;
-    }
-  }
+  ode::solve_with_gradient(
+      Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
+      ode::final_and_observed(w, w_obs),
+      ode::Gradients<decltype(stepped_y0_bar), decltype(stepped_p_bar)>{stepped_y0_bar, stepped_p_bar}, stepped);
+  EXPECT_TRUE(bitwise_equal(stepped_y0_bar, y0_bar));
+  EXPECT_TRUE(bitwise_equal(stepped_p_bar, p_bar));
 }
 
 TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
@@ -208,9 +219,10 @@ TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
   fill_uniform(w, -1, 1, 61);
   fill_uniform(w_obs, -1, 1, 62);
   Kokkos::deep_copy(p_bar, 7.0);
-  ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), ode::FixedSteps::count(1, 0.1, 0).observe_at({1}),
-                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
-                           ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
+  ode::solve_with_gradient<fused_only>(Space{}, ode::RK4{}, batch.problem(),
+                                       ode::FixedSteps::count(1, 0.1, 0).observe_at({1}),
+                                       ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
+                                       ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
   auto gy = to_host(y0_bar), gp = to_host(p_bar), hw = to_host(w);
   auto hwo = to_host(w_obs);
   for (int i = 0; i < 4; ++i)
@@ -223,19 +235,26 @@ TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
 TYPED_TEST(RungeKuttaGradients, BadGradientShapesNameTheArgument) {
   using Space = TypeParam;
   const OscillatorBatch<double, Space> batch(4);
-  View2<double, Space> y1("y1", 4, 2), w_short("w", 3, 2), y0_bar("y0_bar", 4, 2), p_bar_wide("p_bar", 4, 3);
+  View2<double, Space> y1("y1", 4, 2), w_short("w", 3, 2), y0_bar("y0_bar", 4, 2), p_bar("p_bar", 4, 2),
+      p_bar_wide("p_bar", 4, 3);
   const auto steps = ode::FixedSteps::count(0, 0.1, 3);
   auto throws_naming = [](const std::string& argument, const std::string& detail) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
-  EXPECT_THAT([&] {
-    ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(w_short),
-                             ode::Gradients<decltype(y0_bar)>{y0_bar});
-  }, throws_naming("'cotangents.final_state'", "[3, 2]"));
-  EXPECT_THAT([&] {
-    ode::solve_with_gradient(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(y1),
-                             ode::Gradients<decltype(y0_bar), decltype(p_bar_wide)>{y0_bar, p_bar_wide});
-  }, throws_naming("'gradients.params'", "[4, 3]"));
+  EXPECT_THAT(
+      [&] {
+        ode::solve_with_gradient<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1),
+                                             ode::final_state(w_short),
+                                             ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
+      },
+      throws_naming("'cotangents.final_state'", "[3, 2]"));
+  EXPECT_THAT(
+      [&] {
+        ode::solve_with_gradient<fused_only>(
+            Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(y1),
+            ode::Gradients<decltype(y0_bar), decltype(p_bar_wide)>{y0_bar, p_bar_wide});
+      },
+      throws_naming("'gradients.params'", "[4, 3]"));
 }
 
 } // namespace

@@ -1,13 +1,15 @@
 // Gradients through the Runge–Kutta loops against reverse mode through a loop written here (with
 // a small tape), and with dual numbers standing in for a missing vjp(), on every enabled execution
 // space. (test_rk_gradients.cpp has the finite differences, the closed form and the invariances;
-// the two are separate translation units because each compiles many loop kernels.)
+// the two are separate translation units because each compiles many loop kernels.) Every call
+// compiles the fused loop alone (fused_only): for the built-in fields, the paraseq library's instances.
 
 #include "rk_test_support.hpp"
 
 #include <gmock/gmock.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -91,7 +93,9 @@ void tape_gradient(const Field& field, int n, double h, int steps, const std::ve
 
 // --- Helpers over Views.
 
-template <class Space, class Field>
+// OwnParameters = false: a field without them (P = 0), called as its users call it, with neither
+// params nor their gradient.
+template <class Space, bool OwnParameters = true, class Field>
 void expect_matches_tape(const Field& field, int N, int n, int P, int Q, double h, int steps, unsigned seed,
                          double lo = 0.2, double hi = 1.0) {
   View2<double, Space> y0("y0", N, n), params("params", N, P), y1("y1", N, n), w("w", N, n), y0_bar("y0_bar", N, n),
@@ -101,9 +105,15 @@ void expect_matches_tape(const Field& field, int N, int n, int P, int Q, double 
   fill_uniform(params, lo, hi, seed + 1);
   fill_uniform(shared, -0.5, 0.5, seed + 2);
   fill_uniform(w, -1, 1, seed + 3);
-  const auto grads = ode::Gradients<decltype(y0_bar), decltype(p_bar), decltype(shared_bar)>{y0_bar, p_bar, shared_bar};
-  ode::solve_with_gradient(Space{}, ode::RK4{}, ode::problem(field, y0, params, shared),
-                           ode::FixedSteps::count(0, h, steps), ode::final_state(y1), ode::final_state(w), grads);
+  const auto mesh = ode::FixedSteps::count(0, h, steps);
+  auto differentiate = [&](const auto& own, const auto& own_bar) {
+    using OwnBar = std::decay_t<decltype(own_bar)>;
+    ode::solve_with_gradient<fused_only>(
+        Space{}, ode::RK4{}, ode::problem(field, y0, own, shared), mesh, ode::final_state(y1), ode::final_state(w),
+        ode::Gradients<decltype(y0_bar), OwnBar, decltype(shared_bar)>{y0_bar, own_bar, shared_bar});
+  };
+  if constexpr (OwnParameters) differentiate(params, p_bar);
+  else differentiate(ode::NoView{}, ode::NoView{});
   auto hy0 = to_host(y0), hp = to_host(params), hw = to_host(w), hy0_bar = to_host(y0_bar), hp_bar = to_host(p_bar);
   auto hq = to_host(shared);
   std::vector<double> shared_values(hq.data(), hq.data() + Q), shared_total(Q, 0.0);
@@ -126,7 +136,7 @@ TYPED_TEST(RungeKuttaGradientsReverse, GradientsMatchReverseModeThroughATestLoop
   expect_matches_tape<Space>(ode::LotkaVolterra{}, 4, 2, 4, 0, 0.05, 40, 22);
   expect_matches_tape<Space>(ode::SIR{}, 4, 3, 2, 0, 0.1, 30, 23);
   expect_matches_tape<Space>(ode::Linear<ode::Sharing::own, ode::Sharing::shared>{3}, 3, 3, 9, 3, 0.1, 20, 24, -0.5, 0.3);
-  expect_matches_tape<Space>(ode::Mlp{4, 6}, 3, 4, 0, 2 * 4 * 6 + 6 + 4, 0.1, 20, 25);
+  expect_matches_tape<Space, false>(ode::Mlp{4, 6}, 3, 4, 0, 2 * 4 * 6 + 6 + 4, 0.1, 20, 25);
 }
 
 // The oscillator without a vjp(): gradients come from dual numbers.
@@ -153,11 +163,14 @@ TYPED_TEST(RungeKuttaGradientsReverse, DualNumbersStandInForAMissingVjp) {
   steps.observation_times = {1.7};
   View3<double, Space> observed("observed", N, 1, 2), w_obs("w_obs", N, 1, 2);
   fill_uniform(w_obs, -1, 1, 32);
-  ode::solve_with_gradient(Space{}, ode::Tsit5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
-                           ode::final_and_observed(w, w_obs), ode::Gradients<decltype(explicit_y0), decltype(explicit_p)>{explicit_y0, explicit_p});
-  ode::solve_with_gradient(Space{}, ode::Tsit5{}, ode::problem(OscillatorWithoutVjp{}, batch.y0, batch.params), steps,
-                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
-                           ode::Gradients<decltype(dual_y0), decltype(dual_p)>{dual_y0, dual_p});
+  ode::solve_with_gradient<fused_only>(
+      Space{}, ode::Tsit5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
+      ode::final_and_observed(w, w_obs),
+      ode::Gradients<decltype(explicit_y0), decltype(explicit_p)>{explicit_y0, explicit_p});
+  ode::solve_with_gradient<fused_only>(Space{}, ode::Tsit5{},
+                                       ode::problem(OscillatorWithoutVjp{}, batch.y0, batch.params), steps,
+                                       ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
+                                       ode::Gradients<decltype(dual_y0), decltype(dual_p)>{dual_y0, dual_p});
   // Both are the discrete adjoint of an adaptive solve, equal to rounding only while both forward
   // passes accept the same steps. The dual numbers and the explicit vjp round differently (and
   // differently again where the compiler contracts to FMA, as under a -march that has it); the error

@@ -1,6 +1,8 @@
 // Fixed-step Runge–Kutta loops on every enabled execution space: meshes that land on end and
 // observation times, fused against stepped loops, determinism and bad input. Convergence orders,
-// stability polynomials and FSAL counts: test_rk_orders.cpp.
+// stability polynomials and FSAL counts: test_rk_orders.cpp. Calls whose subject is not the loop
+// mode compile the fused loop alone (CompiledModes::fused_only): for the built-in fields, the
+// paraseq library's compiled instances.
 
 #include "rk_test_support.hpp"
 
@@ -31,7 +33,8 @@ TYPED_TEST(RungeKuttaFixed, ZeroStepsReturnTheInitialState) {
   View3<double, Space> observed("observed", 7, 2, 2);
   Kokkos::deep_copy(y1, 5.0);
   auto steps = ode::FixedSteps::count(0.5, 0.1, 0).observe_at({0.5, 0.5});
-  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
+  const auto report =
+      ode::solve<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
   EXPECT_TRUE(bitwise_equal(y1, batch.y0));
   auto obs = to_host(observed);
   auto y0 = to_host(batch.y0);
@@ -58,7 +61,7 @@ TYPED_TEST(RungeKuttaFixed, APartialLastStepLandsOnTheEndTime) {
   View2<double, Space> y1("y1", 3, 2);
   const auto steps = ode::FixedSteps::until(0, 1, 0.3);
   EXPECT_EQ(steps.steps, 4);
-  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1));
+  const auto report = ode::solve<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1));
   EXPECT_EQ(report.max_accepted, 4);
   auto y0 = to_host(batch.y0);
   auto p = to_host(batch.params);
@@ -76,7 +79,8 @@ TYPED_TEST(RungeKuttaFixed, ObservationTimesSplitTheStepsTheyFallIn) {
   View2<double, Space> y1("y1", 3, 2);
   View3<double, Space> observed("observed", 3, 4, 2);
   auto steps = ode::FixedSteps::count(0, 0.1, 5).observe_at({0, 0.25, 0.25, 0.3});
-  const auto report = ode::solve(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
+  const auto report =
+      ode::solve<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
   EXPECT_EQ(report.max_accepted, 6); // 0.25 splits the third step
   auto y0 = to_host(batch.y0);
   auto p = to_host(batch.params);
@@ -97,6 +101,8 @@ TYPED_TEST(RungeKuttaFixed, ObservationTimesSplitTheStepsTheyFallIn) {
   }
 }
 
+// The loop modes' one test in this file: a call of CompiledModes::all runs either loop, its fused one
+// the same kernel as a fused_only call's.
 TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver) {
   using Space = TypeParam;
   const int N = 33, steps = 40;
@@ -105,6 +111,12 @@ TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver)
   View3<float, Space> fused_obs("fused_obs", N, 2, 2), stepped_obs("stepped_obs", N, 2, 2);
   const auto mesh = ode::FixedSteps::until(0, 2, 0.05).observe_at({0.52, 2.0});
   ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_and_observed(fused, fused_obs));
+  EXPECT_THAT(
+      [&] {
+        ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(stepped), {},
+                   [](const auto&) {});
+      },
+      ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'observer'"), HasSubstr("LoopMode::stepped"))));
   ode::SolveOptions options;
   options.mode = ode::LoopMode::stepped;
   std::vector<float> times;
@@ -117,15 +129,17 @@ TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver)
   EXPECT_TRUE(bitwise_equal(fused, stepped));
   EXPECT_TRUE(bitwise_equal(fused_obs, stepped_obs));
   // A call that compiles the fused loop alone runs the same kernel, and refuses the stepped mode.
-  View2<float, Space> fused_only("fused_only", N, 2);
-  View3<float, Space> fused_only_obs("fused_only_obs", N, 2, 2);
-  ode::solve<ode::CompiledModes::fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
-                                             ode::final_and_observed(fused_only, fused_only_obs));
-  EXPECT_TRUE(bitwise_equal(fused, fused_only));
-  EXPECT_TRUE(bitwise_equal(fused_obs, fused_only_obs));
-  EXPECT_THAT([&] { ode::solve<ode::CompiledModes::fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
-                                                               ode::final_state(fused_only), options); },
-              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
+  View2<float, Space> alone("alone", N, 2);
+  View3<float, Space> alone_obs("alone_obs", N, 2, 2);
+  ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
+                         ode::final_and_observed(alone, alone_obs));
+  EXPECT_TRUE(bitwise_equal(fused, alone));
+  EXPECT_TRUE(bitwise_equal(fused_obs, alone_obs));
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(alone), options);
+      },
+      ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
   ASSERT_EQ(times.size(), std::size_t(steps + 1)); // 0.52 adds a mesh point
   EXPECT_FLOAT_EQ(times[10], 0.52f);
   EXPECT_FLOAT_EQ(times.back(), 2.0f);
@@ -139,8 +153,9 @@ TYPED_TEST(RungeKuttaFixed, RepeatedRunsAreBitwiseEqual) {
   fill_uniform(y0, -1, 1, 3);
   fill_uniform(weights, -0.3, 0.3, 4);
   const auto problem = ode::problem(ode::Mlp{n, 16}, y0, ode::NoView{}, weights);
-  ode::solve(Space{}, ode::Tsit5{}, problem, ode::FixedSteps::count(0, 0.05, 50), ode::final_state(y1));
-  ode::solve(Space{}, ode::Tsit5{}, problem, ode::FixedSteps::count(0, 0.05, 50), ode::final_state(y2));
+  const auto steps = ode::FixedSteps::count(0, 0.05, 50);
+  ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, problem, steps, ode::final_state(y1));
+  ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, problem, steps, ode::final_state(y2));
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
@@ -157,7 +172,7 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
   const auto problem = batch.problem();
   const auto steps = ode::FixedSteps::count(0, 0.1, 10);
   auto solve = [&](const auto& p, const ode::FixedSteps& s, const auto& out) {
-    return [=] { ode::solve(Space{}, ode::RK4{}, p, s, out); };
+    return [=] { ode::solve<fused_only>(Space{}, ode::RK4{}, p, s, out); };
   };
   EXPECT_THAT(solve(problem, steps, ode::final_state(y1_short)),
               throws_naming("'outputs.final_state'", "[3, 2]"));
@@ -185,7 +200,7 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
   ode::SolveOptions bounded;
   bounded.max_observation_elements = 15;
   auto two = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.1, 0.2});
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, problem, two, ode::observed(observed), bounded); },
+  EXPECT_THAT([&] { ode::solve<fused_only>(Space{}, ode::RK4{}, problem, two, ode::observed(observed), bounded); },
               throws_naming("'outputs.observed'", "max_observation_elements = 15"));
 
   View2<double, Space> y0_nan("y0", N, 2);
@@ -193,12 +208,11 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
   Kokkos::deep_copy(Kokkos::subview(y0_nan, 2, 1), NAN);
   EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, y0_nan, batch.params), steps, ode::final_state(y1)),
               throws_naming("'y0'", "row 2"));
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, problem, steps, ode::final_state(y1), {}, [](const auto&) {}); },
-              throws_naming("'observer'", "LoopMode::stepped"));
 
   View2<double, Space> big("big", N, 65), big_out("big_out", N, 65);
-  View1<double, Space> A("A", 65 * 65);
-  EXPECT_THAT(solve(ode::problem(ode::Linear<>{65}, big, ode::NoView{}, A), steps, ode::final_state(big_out)),
+  View1<double, Space> A_and_b("A_and_b", 65 * 65 + 65);
+  using SharedLinear = ode::Linear<ode::Sharing::shared, ode::Sharing::shared>;
+  EXPECT_THAT(solve(ode::problem(SharedLinear{65}, big, ode::NoView{}, A_and_b), steps, ode::final_state(big_out)),
               throws_naming("'field'", "1 <= n <= 64"));
   View1<double, Space> weights("weights", 2 * 2 * 200 + 200 + 2);
   EXPECT_THAT(solve(ode::problem(ode::Mlp{2, 200}, batch.y0, ode::NoView{}, weights), steps, ode::final_state(y1)),

@@ -3,7 +3,8 @@
 // same points and with a float64 RK4 loop written here, a partial last step landing on t_end,
 // zero steps, fused against stepped bits, non-finite states caught at the next observation or the
 // end with lanes of one thread stopping separately, and the one-reduction finiteness check of the
-// inputs still naming the first bad argument.
+// inputs still naming the first bad argument. Calls whose subject is not the loop mode compile the
+// fused loop alone (fused_only): for the built-in fields, the paraseq library's compiled instances.
 
 #include "rk_test_support.hpp"
 
@@ -64,7 +65,8 @@ std::vector<double> reference_rk4(double k, double c, std::vector<double> y, con
 template <class T, class Space, class Method, class Steps>
 View2<T, Space> solve_forced(const OscillatorBatch<T, Space>& batch, Method method, const Steps& steps) {
   View2<T, Space> y1("y1", batch.y0.extent(0), 2);
-  ode::solve(Space{}, method, ode::problem(ForcedOscillator{}, batch.y0, batch.params), steps, ode::final_state(y1));
+  ode::solve<fused_only>(Space{}, method, ode::problem(ForcedOscillator{}, batch.y0, batch.params), steps,
+                         ode::final_state(y1));
   return y1;
 }
 
@@ -110,8 +112,9 @@ TYPED_TEST(RungeKuttaUniform, APartialLastStepLandsOnTheEndTimeAndGridObservatio
   View3<double, Space> observed("observed", N, 4, 2);
   // 0.9 is 3 * 0.3 within rounding: a grid point, not a split.
   auto steps = ode::FixedSteps::until(0, 1, 0.3).observe_at({0, 0.3, 0.9, 1.0});
-  const auto report = ode::solve(Space{}, ode::RK4{}, ode::problem(ForcedOscillator{}, batch.y0, batch.params), steps,
-                                 ode::final_and_observed(y1, observed));
+  const auto report =
+      ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ForcedOscillator{}, batch.y0, batch.params), steps,
+                             ode::final_and_observed(y1, observed));
   EXPECT_EQ(report.max_accepted, 4);
   EXPECT_EQ(report.failed, 0);
   const auto y0 = to_host(batch.y0);
@@ -141,8 +144,9 @@ TYPED_TEST(RungeKuttaUniform, ZeroStepsReturnTheInitialState) {
   View3<float, Space> observed("observed", N, 1, 2);
   Kokkos::deep_copy(y1, 7.0f);
   Kokkos::deep_copy(observed, 7.0f);
-  const auto report = ode::solve(Space{}, ode::Tsit5{}, ode::problem(ForcedOscillator{}, batch.y0, batch.params),
-                                 ode::FixedSteps::until(2, 2, 0.1).observe_at({2}), ode::final_and_observed(y1, observed));
+  const auto report =
+      ode::solve<fused_only>(Space{}, ode::Tsit5{}, ode::problem(ForcedOscillator{}, batch.y0, batch.params),
+                             ode::FixedSteps::until(2, 2, 0.1).observe_at({2}), ode::final_and_observed(y1, observed));
   EXPECT_EQ(report.max_accepted, 0);
   EXPECT_EQ(report.failed, 0);
   EXPECT_TRUE(bitwise_equal(y1, batch.y0));
@@ -189,8 +193,8 @@ TYPED_TEST(RungeKuttaUniform, NonFiniteStatesStopAtTheNextObservationOrTheEnd) {
   ode::SolveOptions report_only;
   report_only.on_failure = ode::OnFailure::report;
   const auto steps = ode::FixedSteps::count(0, 0.1, 30).observe_at({0.5, 2.0, 3.0});
-  const auto report =
-      ode::solve(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), steps, ode::final_and_observed(y1, observed), report_only);
+  const auto report = ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), steps,
+                                             ode::final_and_observed(y1, observed), report_only);
   EXPECT_EQ(report.failed, N / 2);
   EXPECT_EQ(report.first_failed, 1);
   EXPECT_EQ(report.first_failed_status, ode::Status::non_finite);
@@ -215,9 +219,25 @@ TYPED_TEST(RungeKuttaUniform, NonFiniteStatesStopAtTheNextObservationOrTheEnd) {
     }
   }
   // Without observations the check at the end catches it; by default solve() throws.
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.1, 30), ode::final_state(y1)); },
-              ThrowsMessage<std::runtime_error>(AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"),
-                                                      HasSubstr("non_finite"))));
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.1, 30),
+                               ode::final_state(y1));
+      },
+      ThrowsMessage<std::runtime_error>(
+          AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"), HasSubstr("non_finite"))));
+}
+
+TYPED_TEST(RungeKuttaUniform, FixedStepsThatOverflowReportNonFinite) {
+  using Space = TypeParam;
+  View2<double, Space> y0("y0", 2, 1), y1("y1", 2, 1);
+  Kokkos::deep_copy(y0, 1.0);
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.5, 40),
+                               ode::final_state(y1));
+      },
+      ThrowsMessage<std::runtime_error>(HasSubstr("non_finite")));
 }
 
 TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) {
@@ -234,16 +254,30 @@ TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) 
   auto throws_naming = [](const std::string& argument, const std::string& detail) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan), steps, ode::final_state(y1)); },
-              throws_naming("'params'", "row 3"));
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan), steps, ode::final_state(y1)); },
-              throws_naming("'y0'", "row 4"));
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan), steps,
+                               ode::final_state(y1));
+      },
+      throws_naming("'params'", "row 3"));
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan), steps,
+                               ode::final_state(y1));
+      },
+      throws_naming("'y0'", "row 4"));
   // Shared parameters have their own row count: Q = n * n = 4 here, more than N = 2.
   View2<double, Space> y0_two("y0", 2, n), y1_two("y1", 2, n);
   View1<double, Space> A("A", n * n);
   Kokkos::deep_copy(Kokkos::subview(A, 3), NAN);
-  EXPECT_THAT([&] { ode::solve(Space{}, ode::RK4{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A), steps, ode::final_state(y1_two)); },
-              throws_naming("'shared'", "row 3"));
+  // Linear<> (shared A, no b) has no compiled instance: Euler, the method of the smallest kernels,
+  // since the check comes before any step.
+  EXPECT_THAT(
+      [&] {
+        ode::solve<fused_only>(Space{}, ode::Euler{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A), steps,
+                               ode::final_state(y1_two));
+      },
+      throws_naming("'shared'", "row 3"));
 }
 
 TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBits) {
@@ -255,12 +289,13 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
   auto check = [&](auto method, const auto& steps, int observations) {
     View2<double, Space> own("own", N, 2), given("given", N, 2);
     View3<double, Space> own_obs("own_obs", N, observations, 2), given_obs("given_obs", N, observations, 2);
-    const auto mine = ode::solve(Space{}, method, problem, steps, ode::final_and_observed(own, own_obs));
+    const auto mine = ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(own, own_obs));
     const std::size_t bytes = ode::solve_workspace_bytes<double>(N, 2, steps);
     Kokkos::View<char*, Mem> workspace("workspace", bytes + 3);
     ode::SolveOptions options;
     options.workspace = {workspace.data() + 3, bytes}; // solve() aligns its pieces itself
-    const auto theirs = ode::solve(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
+    const auto theirs =
+        ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
     EXPECT_TRUE(bitwise_equal(own, given));
     EXPECT_TRUE(bitwise_equal(own_obs, given_obs));
     EXPECT_EQ(host_vector(mine.accepted), host_vector(theirs.accepted));
@@ -270,8 +305,12 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
       EXPECT_LE(reinterpret_cast<const char*>(p + N), workspace.data() + workspace.size());
     }
     options.workspace.bytes = bytes - 1;
-    EXPECT_THAT([&] { ode::solve(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options); },
-                ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
+    EXPECT_THAT(
+        [&] {
+          ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
+        },
+        ThrowsMessage<std::invalid_argument>(
+            AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
   };
   check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);    // uniform
   check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split

@@ -7,13 +7,15 @@
 # other user the variables change nothing). Needs find_package(MPI); paraseq's package config
 # provides the function when paraseq was built with MPI.
 function(paraseq_add_mpi_test name ranks executable)
-  if(NOT DEFINED CACHE{PARASEQ_MPIEXEC_IS_OPEN_MPI})
+  # Asked once per launcher (a later MPIEXEC_EXECUTABLE is asked again).
+  if(NOT PARASEQ_MPIEXEC_ASKED STREQUAL MPIEXEC_EXECUTABLE)
     execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE version ERROR_VARIABLE version TIMEOUT 60)
     set(is_open_mpi OFF)
     if(version MATCHES "Open MPI|OpenRTE")
       set(is_open_mpi ON)
     endif()
-    set(PARASEQ_MPIEXEC_IS_OPEN_MPI ${is_open_mpi} CACHE INTERNAL "whether MPIEXEC_EXECUTABLE is Open MPI's launcher")
+    set(PARASEQ_MPIEXEC_IS_OPEN_MPI ${is_open_mpi} CACHE INTERNAL "whether PARASEQ_MPIEXEC_ASKED is Open MPI's launcher")
+    set(PARASEQ_MPIEXEC_ASKED "${MPIEXEC_EXECUTABLE}" CACHE INTERNAL "the launcher PARASEQ_MPIEXEC_IS_OPEN_MPI describes")
   endif()
   set(preflags ${MPIEXEC_PREFLAGS})
   set(environment OMP_NUM_THREADS=1)

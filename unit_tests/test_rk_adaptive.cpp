@@ -235,7 +235,7 @@ TYPED_TEST(RungeKuttaAdaptive, FailedTrajectoriesReportTheirStatusAndNaNOutputs)
   const int N = 3;
   View2<double, Space> y0("y0", N, 1), y1("y1", N, 1);
   View3<double, Space> observed("observed", N, 2, 1);
-  Kokkos::deep_copy(y0, 1.0);
+  fill_constant(y0, 1.0);
   ode::SolveOptions report_only;
   report_only.on_failure = ode::OnFailure::report;
   auto expect_status = [&](const auto& field, ode::AdaptiveSteps steps, ode::Status status) {

@@ -31,7 +31,7 @@ TYPED_TEST(RungeKuttaFixed, ZeroStepsReturnTheInitialState) {
   const OscillatorBatch<double, Space> batch(7);
   View2<double, Space> y1("y1", 7, 2);
   View3<double, Space> observed("observed", 7, 2, 2);
-  Kokkos::deep_copy(y1, 5.0);
+  fill_constant(y1, 5.0);
   auto steps = ode::FixedSteps::count(0.5, 0.1, 0).observe_at({0.5, 0.5});
   const auto report =
       ode::solve<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
@@ -204,8 +204,8 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
               throws_naming("'outputs.observed'", "max_observation_elements = 15"));
 
   View2<double, Space> y0_nan("y0", N, 2);
-  Kokkos::deep_copy(y0_nan, batch.y0);
-  Kokkos::deep_copy(Kokkos::subview(y0_nan, 2, 1), NAN);
+  copy_contiguous(y0_nan, batch.y0);
+  edit_on_host(y0_nan, [](auto& host) { host(2, 1) = NAN; });
   EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, y0_nan, batch.params), steps, ode::final_state(y1)),
               throws_naming("'y0'", "row 2"));
 

@@ -148,18 +148,18 @@ TYPED_TEST(RungeKuttaGradients, BadGradientShapesNameTheArgument) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
   EXPECT_THAT(
-      [&] {
+      Call([&] {
         ode::solve_with_gradient<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1),
                                              ode::final_state(w_short),
                                              ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
-      },
+      }),
       throws_naming("'cotangents.final_state'", "[3, 2]"));
   EXPECT_THAT(
-      [&] {
+      Call([&] {
         ode::solve_with_gradient<fused_only>(
             Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(y1),
             ode::Gradients<decltype(y0_bar), decltype(p_bar_wide)>{y0_bar, p_bar_wide});
-      },
+      }),
       throws_naming("'gradients.params'", "[4, 3]"));
 }
 

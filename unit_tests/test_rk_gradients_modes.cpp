@@ -60,7 +60,7 @@ TYPED_TEST(RungeKuttaGradientModes, CheckpointIntervalsAndChunksGiveTheSameBits)
     EXPECT_TRUE(bitwise_equal(other.first, reference.first)) << "interval " << interval;
     EXPECT_TRUE(bitwise_equal(other.second, reference.second)) << "interval " << interval;
   }
-  EXPECT_THAT([&] { gradients(0, 64); },
+  EXPECT_THAT(Call([&] { gradients(0, 64); }),
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
                                                          HasSubstr("the workspace of one trajectory"))));
 }
@@ -101,12 +101,11 @@ TYPED_TEST(RungeKuttaGradientModes, SteppedLoopsGiveTheBitsOfTheFusedLoop) {
   EXPECT_TRUE(bitwise_equal(alone.params, reference.params));
   ode::SolveOptions stepped;
   stepped.mode = ode::LoopMode::stepped;
-  EXPECT_THAT(
-      [&] {
-        ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
-                                             ode::final_state(y1), ode::final_state(w), alone, stepped);
-      },
-      ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
+  EXPECT_THAT(Call([&] {
+                ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
+                                                     ode::final_state(y1), ode::final_state(w), alone, stepped);
+              }),
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
 }
 
 TYPED_TEST(RungeKuttaGradientModes, AdaptiveGradientsMatchTheClosedForm) {

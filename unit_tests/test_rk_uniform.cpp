@@ -219,25 +219,23 @@ TYPED_TEST(RungeKuttaUniform, NonFiniteStatesStopAtTheNextObservationOrTheEnd) {
     }
   }
   // Without observations the check at the end catches it; by default solve() throws.
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.1, 30),
-                               ode::final_state(y1));
-      },
-      ThrowsMessage<std::runtime_error>(
-          AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"), HasSubstr("non_finite"))));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0),
+                                       ode::FixedSteps::count(0, 0.1, 30), ode::final_state(y1));
+              }),
+              ThrowsMessage<std::runtime_error>(
+                  AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"), HasSubstr("non_finite"))));
 }
 
 TYPED_TEST(RungeKuttaUniform, FixedStepsThatOverflowReportNonFinite) {
   using Space = TypeParam;
   View2<double, Space> y0("y0", 2, 1), y1("y1", 2, 1);
   fill_constant(y0, 1.0);
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.5, 40),
-                               ode::final_state(y1));
-      },
-      ThrowsMessage<std::runtime_error>(HasSubstr("non_finite")));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0),
+                                       ode::FixedSteps::count(0, 0.5, 40), ode::final_state(y1));
+              }),
+              ThrowsMessage<std::runtime_error>(HasSubstr("non_finite")));
 }
 
 TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) {
@@ -253,30 +251,27 @@ TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) 
   auto throws_naming = [](const std::string& argument, const std::string& detail) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan), steps,
-                               ode::final_state(y1));
-      },
-      throws_naming("'params'", "row 3"));
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan), steps,
-                               ode::final_state(y1));
-      },
-      throws_naming("'y0'", "row 4"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan),
+                                       steps, ode::final_state(y1));
+              }),
+              throws_naming("'params'", "row 3"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan),
+                                       steps, ode::final_state(y1));
+              }),
+              throws_naming("'y0'", "row 4"));
   // Shared parameters have their own row count: Q = n * n = 4 here, more than N = 2.
   View2<double, Space> y0_two("y0", 2, n), y1_two("y1", 2, n);
   View1<double, Space> A("A", n * n);
   edit_on_host(A, [](auto& host) { host(3) = NAN; });
   // Linear<> (shared A, no b) has no compiled instance: Euler, the method of the smallest kernels,
   // since the check comes before any step.
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::Euler{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A), steps,
-                               ode::final_state(y1_two));
-      },
-      throws_naming("'shared'", "row 3"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::Euler{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A),
+                                       steps, ode::final_state(y1_two));
+              }),
+              throws_naming("'shared'", "row 3"));
 }
 
 TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBits) {
@@ -284,8 +279,8 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
   using Mem = typename Space::memory_space;
   const int N = 17;
   const OscillatorBatch<double, Space> batch(N, 21);
-  const auto problem = ode::problem(ForcedOscillator{}, batch.y0, batch.params);
-  auto check = [&](auto method, const auto& steps, int observations) {
+  const auto forced = ode::problem(ForcedOscillator{}, batch.y0, batch.params);
+  auto check = [&](const auto& problem, auto method, const auto& steps, int observations) {
     View2<double, Space> own("own", N, 2), given("given", N, 2);
     View3<double, Space> own_obs("own_obs", N, observations, 2), given_obs("given_obs", N, observations, 2);
     const auto mine = ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(own, own_obs));
@@ -304,18 +299,19 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
       EXPECT_LE(reinterpret_cast<const char*>(p + N), workspace.data() + workspace.size());
     }
     options.workspace.bytes = bytes - 1;
-    EXPECT_THAT(
-        [&] {
-          ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
-        },
-        ThrowsMessage<std::invalid_argument>(
-            AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
+    EXPECT_THAT(Call([&] {
+                  ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs),
+                                         options);
+                }),
+                ThrowsMessage<std::invalid_argument>(
+                    AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
   };
-  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);    // uniform
-  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split
+  check(forced, ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);        // uniform
+  check(forced, ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split
+  // Adaptive steps on the damped oscillator, whose loop is the library's compiled instance.
   ode::AdaptiveSteps adaptive;
   adaptive.t_end = 2, adaptive.rtol = 1e-8, adaptive.atol = 1e-10;
-  check(ode::DormandPrince5{}, adaptive.observe_at({0.3, 1.7}), 2);
+  check(batch.problem(), ode::DormandPrince5{}, adaptive.observe_at({0.3, 1.7}), 2);
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,10 @@ using ExecutionSpaces = typename detail::to_gtest_types<decltype(std::tuple_cat(
     std::declval<std::tuple<Kokkos::Serial>>(),
 #endif
     std::declval<std::tuple<>>()))>::type;
+
+// A call that a test expects to throw: EXPECT_THAT(Call([&] { ... }), ThrowsMessage<...>(...)). As one
+// type for every lambda, gmock compiles its exception matcher once per matcher, not once per call.
+using Call = std::function<void()>;
 
 // Names typed tests after the space: ctest then lists "LinearScan/OpenMP.Accuracy".
 struct SpaceName {

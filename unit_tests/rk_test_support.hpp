@@ -38,7 +38,7 @@ struct OscillatorBatch {
     std::mt19937_64 rng(seed + 1000);
     std::uniform_real_distribution<double> k(1, 4), c(0.05, 0.5);
     for (int i = 0; i < N; ++i) host(i, 0) = T(k(rng)), host(i, 1) = T(c(rng));
-    Kokkos::deep_copy(params, host);
+    copy_contiguous(params, host);
   }
   auto problem() const { return ode::problem(ode::DampedOscillator{}, y0, params); }
 

@@ -1,8 +1,10 @@
 // Gradients through the Runge–Kutta loops (the discrete adjoint) on every enabled execution space:
-// against central finite differences, against the closed form for adaptive steps, across
-// checkpoint intervals, batch chunks and loop modes (same bits). Reverse mode through a test loop
-// and dual numbers: test_rk_gradients_reverse.cpp. Calls whose subject is not the loop mode compile
-// the fused loop alone (fused_only): for the built-in fields, the paraseq library's instances.
+// against central finite differences for own and shared parameters, zero steps and bad shapes.
+// Adaptive gradients against the closed form, checkpoint intervals, batch chunks and loop modes:
+// test_rk_gradients_modes.cpp; reverse mode through a test loop and dual numbers:
+// test_rk_gradients_reverse.cpp (separate translation units because each compiles many loop
+// kernels). Every call compiles the fused loop alone (fused_only): for the built-in fields, the
+// paraseq library's instances.
 
 #include "rk_test_support.hpp"
 
@@ -36,18 +38,18 @@ double dot(const V& v, const W& w) {
 template <class V, class Loss, class G>
 void expect_central_differences(const V& v, const Loss& loss, const G& gradient, double eps, double tolerance,
                                 const std::string& what) {
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+  auto host = to_host(v);
   auto grad = to_host(gradient);
   for (std::size_t i = 0; i < host.span(); ++i) {
     const double saved = host.data()[i];
     host.data()[i] = saved + eps;
-    Kokkos::deep_copy(v, host);
+    copy_contiguous(v, host);
     const double plus = loss();
     host.data()[i] = saved - eps;
-    Kokkos::deep_copy(v, host);
+    copy_contiguous(v, host);
     const double minus = loss();
     host.data()[i] = saved;
-    Kokkos::deep_copy(v, host);
+    copy_contiguous(v, host);
     const double fd = (plus - minus) / (2 * eps);
     EXPECT_NEAR(grad.data()[i], fd, tolerance * std::fmax(1.0, std::fabs(fd))) << what << " element " << i;
   }
@@ -115,102 +117,6 @@ TYPED_TEST(RungeKuttaGradients, SharedParameterGradientsMatchFiniteDifferences) 
   expect_central_differences(weights, mlp_loss, weights_bar, 1e-6, 1e-8, "Mlp weights (shared)");
 }
 
-TYPED_TEST(RungeKuttaGradients, CheckpointIntervalsChunksAndLoopModesGiveTheSameBits) {
-  using Space = TypeParam;
-  const int N = 10, n = 3, hidden = 4, Q = 2 * n * hidden + hidden + n, steps = 37;
-  View2<float, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n);
-  View1<float, Space> weights("weights", Q);
-  fill_uniform(y0, -1, 1, 41);
-  fill_uniform(w, -1, 1, 42);
-  fill_uniform(weights, -0.8, 0.8, 43);
-  const auto problem = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
-  const auto mesh = ode::FixedSteps::count(0, 0.05, steps);
-  auto gradients = [&](int interval, std::size_t workspace, ode::LoopMode mode) {
-    View2<float, Space> y0_bar("y0_bar", N, n);
-    View1<float, Space> weights_bar("weights_bar", Q);
-    ode::SolveOptions options;
-    options.checkpoint_interval = interval;
-    options.max_gradient_workspace_bytes = workspace;
-    options.mode = mode;
-    ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1), ode::final_state(w),
-                             ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)>{y0_bar, {}, weights_bar},
-                             options);
-    return std::make_pair(y0_bar, weights_bar);
-  };
-  const auto reference = gradients(0, std::size_t(1) << 30, ode::LoopMode::fused);
-  const std::size_t three = 3 * ode::gradient_workspace_bytes<float>(false, n, steps, 1, Q);
-  for (auto [interval, workspace, mode] : {std::tuple{1, three, ode::LoopMode::fused}, std::tuple{5, three, ode::LoopMode::stepped},
-                                           std::tuple{37, std::size_t(1) << 30, ode::LoopMode::stepped},
-                                           std::tuple{100, std::size_t(1) << 30, ode::LoopMode::fused}}) {
-    const auto other = gradients(interval, workspace, mode);
-    EXPECT_TRUE(bitwise_equal(other.first, reference.first)) << "interval " << interval;
-    EXPECT_TRUE(bitwise_equal(other.second, reference.second)) << "interval " << interval;
-  }
-  { // a call that compiles the fused loop alone gives the same bits, and refuses the stepped mode
-    View2<float, Space> y0_bar("y0_bar", N, n);
-    View1<float, Space> weights_bar("weights_bar", Q);
-    const ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)> only_fused{y0_bar, {}, weights_bar};
-    ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1),
-                                         ode::final_state(w), only_fused);
-    EXPECT_TRUE(bitwise_equal(y0_bar, reference.first));
-    EXPECT_TRUE(bitwise_equal(weights_bar, reference.second));
-    ode::SolveOptions stepped;
-    stepped.mode = ode::LoopMode::stepped;
-    EXPECT_THAT(
-        [&] {
-          ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1),
-                                               ode::final_state(w), only_fused, stepped);
-        },
-        ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
-  }
-  EXPECT_THAT([&] { gradients(0, 64, ode::LoopMode::fused); },
-              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
-                                                         HasSubstr("the workspace of one trajectory"))));
-}
-
-TYPED_TEST(RungeKuttaGradients, AdaptiveGradientsMatchTheClosedForm) {
-  using Space = TypeParam;
-  const int N = 5;
-  const double t_end = 3, inside = 1.234;
-  const OscillatorBatch<double, Space> batch(N);
-  View2<double, Space> y1("y1", N, 2), w("w", N, 2), y0_bar("y0_bar", N, 2), p_bar("p_bar", N, 2);
-  View3<double, Space> observed("observed", N, 1, 2), w_obs("w_obs", N, 1, 2);
-  fill_uniform(w, -1, 1, 51);
-  fill_uniform(w_obs, -1, 1, 52);
-  auto steps = ode::AdaptiveSteps{};
-  steps.t_end = t_end, steps.rtol = 1e-10, steps.atol = 1e-12;
-  steps.observation_times = {inside};
-  const ode::Gradients<decltype(y0_bar), decltype(p_bar)> gradients{y0_bar, p_bar};
-  ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
-                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs), gradients);
-  // One declaration per rank: nvcc rejects an auto declaration that deduces different types.
-  auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), gy = to_host(y0_bar), gp = to_host(p_bar);
-  auto hwo = to_host(w_obs);
-  for (int i = 0; i < N; ++i) {
-    auto loss = [&](double a, double v, double k, double c) {
-      const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
-      return hw(i, 0) * end[0] + hw(i, 1) * end[1] + hwo(i, 0, 0) * mid[0] + hwo(i, 0, 1) * mid[1];
-    };
-    const double e = 1e-6, a = hy(i, 0), v = hy(i, 1), k = hp(i, 0), c = hp(i, 1);
-    const double exact[4] = {(loss(a + e, v, k, c) - loss(a - e, v, k, c)) / (2 * e),
-                             (loss(a, v + e, k, c) - loss(a, v - e, k, c)) / (2 * e),
-                             (loss(a, v, k + e, c) - loss(a, v, k - e, c)) / (2 * e),
-                             (loss(a, v, k, c + e) - loss(a, v, k, c - e)) / (2 * e)};
-    const double computed[4] = {gy(i, 0), gy(i, 1), gp(i, 0), gp(i, 1)};
-    for (int j = 0; j < 4; ++j) EXPECT_NEAR(computed[j], exact[j], 1e-7) << "trajectory " << i << " gradient " << j;
-  }
-  // The stepped loops (the same call, LoopMode::stepped) give the same bits.
-  View2<double, Space> stepped_y0_bar("stepped_y0_bar", N, 2), stepped_p_bar("stepped_p_bar", N, 2);
-  ode::SolveOptions stepped;
-  stepped.mode = ode::LoopMode::stepped;
-  ode::solve_with_gradient(
-      Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
-      ode::final_and_observed(w, w_obs),
-      ode::Gradients<decltype(stepped_y0_bar), decltype(stepped_p_bar)>{stepped_y0_bar, stepped_p_bar}, stepped);
-  EXPECT_TRUE(bitwise_equal(stepped_y0_bar, y0_bar));
-  EXPECT_TRUE(bitwise_equal(stepped_p_bar, p_bar));
-}
-
 TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
   using Space = TypeParam;
   const OscillatorBatch<double, Space> batch(4);
@@ -218,7 +124,7 @@ TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {
   View3<double, Space> observed("observed", 4, 1, 2), w_obs("w_obs", 4, 1, 2);
   fill_uniform(w, -1, 1, 61);
   fill_uniform(w_obs, -1, 1, 62);
-  Kokkos::deep_copy(p_bar, 7.0);
+  fill_constant(p_bar, 7.0);
   ode::solve_with_gradient<fused_only>(Space{}, ode::RK4{}, batch.problem(),
                                        ode::FixedSteps::count(1, 0.1, 0).observe_at({1}),
                                        ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs),
@@ -242,18 +148,18 @@ TYPED_TEST(RungeKuttaGradients, BadGradientShapesNameTheArgument) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
   EXPECT_THAT(
-      [&] {
+      Call([&] {
         ode::solve_with_gradient<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1),
                                              ode::final_state(w_short),
                                              ode::Gradients<decltype(y0_bar), decltype(p_bar)>{y0_bar, p_bar});
-      },
+      }),
       throws_naming("'cotangents.final_state'", "[3, 2]"));
   EXPECT_THAT(
-      [&] {
+      Call([&] {
         ode::solve_with_gradient<fused_only>(
             Space{}, ode::RK4{}, batch.problem(), steps, ode::final_state(y1), ode::final_state(y1),
             ode::Gradients<decltype(y0_bar), decltype(p_bar_wide)>{y0_bar, p_bar_wide});
-      },
+      }),
       throws_naming("'gradients.params'", "[4, 3]"));
 }
 

@@ -1,8 +1,9 @@
 // Gradients through the Runge–Kutta loops against reverse mode through a loop written here (with
 // a small tape), and with dual numbers standing in for a missing vjp(), on every enabled execution
-// space. (test_rk_gradients.cpp has the finite differences, the closed form and the invariances;
-// the two are separate translation units because each compiles many loop kernels.) Every call
-// compiles the fused loop alone (fused_only): for the built-in fields, the paraseq library's instances.
+// space. (test_rk_gradients.cpp has the finite differences, test_rk_gradients_modes.cpp the closed
+// form and the invariances; they are separate translation units because each compiles many loop
+// kernels.) Every call compiles the fused loop alone (fused_only): for the built-in fields, the
+// paraseq library's instances.
 
 #include "rk_test_support.hpp"
 

@@ -31,7 +31,7 @@ TYPED_TEST(RungeKuttaFixed, ZeroStepsReturnTheInitialState) {
   const OscillatorBatch<double, Space> batch(7);
   View2<double, Space> y1("y1", 7, 2);
   View3<double, Space> observed("observed", 7, 2, 2);
-  Kokkos::deep_copy(y1, 5.0);
+  fill_constant(y1, 5.0);
   auto steps = ode::FixedSteps::count(0.5, 0.1, 0).observe_at({0.5, 0.5});
   const auto report =
       ode::solve<fused_only>(Space{}, ode::RK4{}, batch.problem(), steps, ode::final_and_observed(y1, observed));
@@ -111,12 +111,11 @@ TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver)
   View3<float, Space> fused_obs("fused_obs", N, 2, 2), stepped_obs("stepped_obs", N, 2, 2);
   const auto mesh = ode::FixedSteps::until(0, 2, 0.05).observe_at({0.52, 2.0});
   ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_and_observed(fused, fused_obs));
-  EXPECT_THAT(
-      [&] {
-        ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(stepped), {},
-                   [](const auto&) {});
-      },
-      ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'observer'"), HasSubstr("LoopMode::stepped"))));
+  EXPECT_THAT(Call([&] {
+                ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(stepped), {},
+                           [](const auto&) {});
+              }),
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'observer'"), HasSubstr("LoopMode::stepped"))));
   ode::SolveOptions options;
   options.mode = ode::LoopMode::stepped;
   std::vector<float> times;
@@ -135,11 +134,11 @@ TYPED_TEST(RungeKuttaFixed, SteppedLoopsMatchFusedOnesBitwiseAndCallTheObserver)
                          ode::final_and_observed(alone, alone_obs));
   EXPECT_TRUE(bitwise_equal(fused, alone));
   EXPECT_TRUE(bitwise_equal(fused_obs, alone_obs));
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(alone), options);
-      },
-      ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(alone),
+                                       options);
+              }),
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
   ASSERT_EQ(times.size(), std::size_t(steps + 1)); // 0.52 adds a mesh point
   EXPECT_FLOAT_EQ(times[10], 0.52f);
   EXPECT_FLOAT_EQ(times.back(), 2.0f);
@@ -172,7 +171,7 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
   const auto problem = batch.problem();
   const auto steps = ode::FixedSteps::count(0, 0.1, 10);
   auto solve = [&](const auto& p, const ode::FixedSteps& s, const auto& out) {
-    return [=] { ode::solve<fused_only>(Space{}, ode::RK4{}, p, s, out); };
+    return Call([=] { ode::solve<fused_only>(Space{}, ode::RK4{}, p, s, out); });
   };
   EXPECT_THAT(solve(problem, steps, ode::final_state(y1_short)),
               throws_naming("'outputs.final_state'", "[3, 2]"));
@@ -186,7 +185,7 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
               throws_naming("'steps'", "steps >= 0"));
   EXPECT_THAT(solve(problem, ode::FixedSteps::count(0, -0.1, 3), ode::final_state(y1)),
               throws_naming("'steps'", "dt > 0"));
-  EXPECT_THAT([] { ode::FixedSteps::until(0, 1, 0); }, throws_naming("'dt'", "dt > 0"));
+  EXPECT_THAT(Call([] { ode::FixedSteps::until(0, 1, 0); }), throws_naming("'dt'", "dt > 0"));
   EXPECT_THAT(solve(problem, ode::FixedSteps::on_grid({0, 0.5, 0.5}), ode::final_state(y1)),
               throws_naming("'steps'", "strictly increasing"));
 
@@ -200,12 +199,13 @@ TYPED_TEST(RungeKuttaFixed, BadInputNamesTheArgumentAndWhatWasExpected) {
   ode::SolveOptions bounded;
   bounded.max_observation_elements = 15;
   auto two = ode::FixedSteps::count(0, 0.1, 10).observe_at({0.1, 0.2});
-  EXPECT_THAT([&] { ode::solve<fused_only>(Space{}, ode::RK4{}, problem, two, ode::observed(observed), bounded); },
-              throws_naming("'outputs.observed'", "max_observation_elements = 15"));
+  EXPECT_THAT(
+      Call([&] { ode::solve<fused_only>(Space{}, ode::RK4{}, problem, two, ode::observed(observed), bounded); }),
+      throws_naming("'outputs.observed'", "max_observation_elements = 15"));
 
   View2<double, Space> y0_nan("y0", N, 2);
-  Kokkos::deep_copy(y0_nan, batch.y0);
-  Kokkos::deep_copy(Kokkos::subview(y0_nan, 2, 1), NAN);
+  copy_contiguous(y0_nan, batch.y0);
+  edit_on_host(y0_nan, [](auto& host) { host(2, 1) = NAN; });
   EXPECT_THAT(solve(ode::problem(ode::DampedOscillator{}, y0_nan, batch.params), steps, ode::final_state(y1)),
               throws_naming("'y0'", "row 2"));
 

@@ -89,8 +89,8 @@ std::vector<double> one_step_of_decay(Method method, const std::vector<double>& 
   auto start = Kokkos::create_mirror_view(y0);
   auto k_and_c = Kokkos::create_mirror_view(params);
   for (int i = 0; i < N; ++i) start(i, 0) = 0, start(i, 1) = 1, k_and_c(i, 0) = 0, k_and_c(i, 1) = T(-z[i]);
-  Kokkos::deep_copy(y0, start);
-  Kokkos::deep_copy(params, k_and_c);
+  copy_contiguous(y0, start);
+  copy_contiguous(params, k_and_c);
   ode::solve<fused_only>(Space{}, method, ode::problem(ode::DampedOscillator{}, y0, params),
                          ode::FixedSteps::count(0, 1, 1), ode::final_state(y1));
   const auto result = to_host(y1);
@@ -136,10 +136,10 @@ TYPED_TEST(RungeKuttaOrders, OneStepOfLinearDecayIsTheStabilityPolynomial) {
   // Linear<own> (A per trajectory, no b) with n = 1 is the decay itself.
   const int N = int(stability_points.size());
   View2<double, Space> y0("y0", N, 1), lambda("lambda", N, 1), y1("y1", N, 1);
-  Kokkos::deep_copy(y0, 1.0);
-  auto host = Kokkos::create_mirror_view(lambda);
-  for (int i = 0; i < N; ++i) host(i, 0) = stability_points[i];
-  Kokkos::deep_copy(lambda, host);
+  fill_constant(y0, 1.0);
+  edit_on_host(lambda, [&](auto& host) {
+    for (int i = 0; i < N; ++i) host(i, 0) = stability_points[i];
+  });
   ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::Linear<ode::Sharing::own>{1}, y0, lambda),
                          ode::FixedSteps::count(0, 1, 1), ode::final_state(y1));
   const auto result = to_host(y1);

@@ -142,8 +142,8 @@ TYPED_TEST(RungeKuttaUniform, ZeroStepsReturnTheInitialState) {
   const OscillatorBatch<float, Space> batch(N);
   View2<float, Space> y1("y1", N, 2);
   View3<float, Space> observed("observed", N, 1, 2);
-  Kokkos::deep_copy(y1, 7.0f);
-  Kokkos::deep_copy(observed, 7.0f);
+  fill_constant(y1, 7.0f);
+  fill_constant(observed, 7.0f);
   const auto report =
       ode::solve<fused_only>(Space{}, ode::Tsit5{}, ode::problem(ForcedOscillator{}, batch.y0, batch.params),
                              ode::FixedSteps::until(2, 2, 0.1).observe_at({2}), ode::final_and_observed(y1, observed));
@@ -189,7 +189,7 @@ TYPED_TEST(RungeKuttaUniform, NonFiniteStatesStopAtTheNextObservationOrTheEnd) {
   View3<double, Space> observed("observed", N, 3, 1);
   auto host = Kokkos::create_mirror_view(y0);
   for (int i = 0; i < N; ++i) host(i, 0) = i % 2 ? 1.0 : -1.0;
-  Kokkos::deep_copy(y0, host);
+  copy_contiguous(y0, host);
   ode::SolveOptions report_only;
   report_only.on_failure = ode::OnFailure::report;
   const auto steps = ode::FixedSteps::count(0, 0.1, 30).observe_at({0.5, 2.0, 3.0});
@@ -219,25 +219,23 @@ TYPED_TEST(RungeKuttaUniform, NonFiniteStatesStopAtTheNextObservationOrTheEnd) {
     }
   }
   // Without observations the check at the end catches it; by default solve() throws.
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.1, 30),
-                               ode::final_state(y1));
-      },
-      ThrowsMessage<std::runtime_error>(
-          AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"), HasSubstr("non_finite"))));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0),
+                                       ode::FixedSteps::count(0, 0.1, 30), ode::final_state(y1));
+              }),
+              ThrowsMessage<std::runtime_error>(
+                  AllOf(HasSubstr("5 of 11 trajectories failed"), HasSubstr("trajectory 1"), HasSubstr("non_finite"))));
 }
 
 TYPED_TEST(RungeKuttaUniform, FixedStepsThatOverflowReportNonFinite) {
   using Space = TypeParam;
   View2<double, Space> y0("y0", 2, 1), y1("y1", 2, 1);
-  Kokkos::deep_copy(y0, 1.0);
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0), ode::FixedSteps::count(0, 0.5, 40),
-                               ode::final_state(y1));
-      },
-      ThrowsMessage<std::runtime_error>(HasSubstr("non_finite")));
+  fill_constant(y0, 1.0);
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(Riccati{}, y0),
+                                       ode::FixedSteps::count(0, 0.5, 40), ode::final_state(y1));
+              }),
+              ThrowsMessage<std::runtime_error>(HasSubstr("non_finite")));
 }
 
 TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) {
@@ -245,39 +243,35 @@ TYPED_TEST(RungeKuttaUniform, OneFinitenessCheckNamesTheFirstBadArgumentAndRow) 
   const int N = 6, n = 2;
   const OscillatorBatch<double, Space> batch(N);
   View2<double, Space> y1("y1", N, 2), y0_nan("y0", N, 2), params_nan("params", N, 2);
-  Kokkos::deep_copy(y0_nan, batch.y0);
-  Kokkos::deep_copy(params_nan, batch.params);
-  Kokkos::deep_copy(Kokkos::subview(y0_nan, 4, 0), NAN);
-  Kokkos::deep_copy(Kokkos::subview(params_nan, 3, 1), INFINITY);
-  Kokkos::deep_copy(Kokkos::subview(params_nan, 5, 0), NAN);
+  copy_contiguous(y0_nan, batch.y0);
+  copy_contiguous(params_nan, batch.params);
+  edit_on_host(y0_nan, [](auto& host) { host(4, 0) = NAN; });
+  edit_on_host(params_nan, [](auto& host) { host(3, 1) = INFINITY, host(5, 0) = NAN; });
   const auto steps = ode::FixedSteps::count(0, 0.1, 3);
   auto throws_naming = [](const std::string& argument, const std::string& detail) {
     return ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(argument), HasSubstr(detail)));
   };
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan), steps,
-                               ode::final_state(y1));
-      },
-      throws_naming("'params'", "row 3"));
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan), steps,
-                               ode::final_state(y1));
-      },
-      throws_naming("'y0'", "row 4"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, batch.y0, params_nan),
+                                       steps, ode::final_state(y1));
+              }),
+              throws_naming("'params'", "row 3"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, y0_nan, params_nan),
+                                       steps, ode::final_state(y1));
+              }),
+              throws_naming("'y0'", "row 4"));
   // Shared parameters have their own row count: Q = n * n = 4 here, more than N = 2.
   View2<double, Space> y0_two("y0", 2, n), y1_two("y1", 2, n);
   View1<double, Space> A("A", n * n);
-  Kokkos::deep_copy(Kokkos::subview(A, 3), NAN);
+  edit_on_host(A, [](auto& host) { host(3) = NAN; });
   // Linear<> (shared A, no b) has no compiled instance: Euler, the method of the smallest kernels,
   // since the check comes before any step.
-  EXPECT_THAT(
-      [&] {
-        ode::solve<fused_only>(Space{}, ode::Euler{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A), steps,
-                               ode::final_state(y1_two));
-      },
-      throws_naming("'shared'", "row 3"));
+  EXPECT_THAT(Call([&] {
+                ode::solve<fused_only>(Space{}, ode::Euler{}, ode::problem(ode::Linear<>{n}, y0_two, ode::NoView{}, A),
+                                       steps, ode::final_state(y1_two));
+              }),
+              throws_naming("'shared'", "row 3"));
 }
 
 TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBits) {
@@ -285,8 +279,8 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
   using Mem = typename Space::memory_space;
   const int N = 17;
   const OscillatorBatch<double, Space> batch(N, 21);
-  const auto problem = ode::problem(ForcedOscillator{}, batch.y0, batch.params);
-  auto check = [&](auto method, const auto& steps, int observations) {
+  const auto forced = ode::problem(ForcedOscillator{}, batch.y0, batch.params);
+  auto check = [&](const auto& problem, auto method, const auto& steps, int observations) {
     View2<double, Space> own("own", N, 2), given("given", N, 2);
     View3<double, Space> own_obs("own_obs", N, observations, 2), given_obs("given_obs", N, observations, 2);
     const auto mine = ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(own, own_obs));
@@ -305,18 +299,19 @@ TYPED_TEST(RungeKuttaUniform, ACallersWorkspaceHoldsTheTemporariesWithTheSameBit
       EXPECT_LE(reinterpret_cast<const char*>(p + N), workspace.data() + workspace.size());
     }
     options.workspace.bytes = bytes - 1;
-    EXPECT_THAT(
-        [&] {
-          ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs), options);
-        },
-        ThrowsMessage<std::invalid_argument>(
-            AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
+    EXPECT_THAT(Call([&] {
+                  ode::solve<fused_only>(Space{}, method, problem, steps, ode::final_and_observed(given, given_obs),
+                                         options);
+                }),
+                ThrowsMessage<std::invalid_argument>(
+                    AllOf(HasSubstr("'options.workspace'"), HasSubstr("solve_workspace_bytes"))));
   };
-  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);    // uniform
-  check(ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split
+  check(forced, ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.5, 2.0}), 2);        // uniform
+  check(forced, ode::RK4{}, ode::FixedSteps::count(0, 0.1, 20).observe_at({0.55, 0.55, 1.0}), 3); // explicit: a split
+  // Adaptive steps on the damped oscillator, whose loop is the library's compiled instance.
   ode::AdaptiveSteps adaptive;
   adaptive.t_end = 2, adaptive.rtol = 1e-8, adaptive.atol = 1e-10;
-  check(ode::DormandPrince5{}, adaptive.observe_at({0.3, 1.7}), 2);
+  check(batch.problem(), ode::DormandPrince5{}, adaptive.observe_at({0.3, 1.7}), 2);
 }
 
 } // namespace

@@ -5,11 +5,16 @@
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 namespace paraseq::test {
 
@@ -35,6 +40,10 @@ using ExecutionSpaces = typename detail::to_gtest_types<decltype(std::tuple_cat(
 #endif
     std::declval<std::tuple<>>()))>::type;
 
+// A call that a test expects to throw: EXPECT_THAT(Call([&] { ... }), ThrowsMessage<...>(...)). As one
+// type for every lambda, gmock compiles its exception matcher once per matcher, not once per call.
+using Call = std::function<void()>;
+
 // Names typed tests after the space: ctest then lists "LinearScan/OpenMP.Accuracy".
 struct SpaceName {
   template <class Space>
@@ -54,6 +63,38 @@ using View4 = Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_sp
 template <class T, class Space>
 using View5 = Kokkos::View<T*****, Kokkos::LayoutRight, typename Space::memory_space>;
 
+// dst = src for two contiguous Views of one element type, extents and strides in any memory
+// spaces (a device View and its host mirror), copied as bytes. Kokkos::deep_copy of typed Views
+// compiles copy kernels and their host code for each element type, rank and layout on every
+// device, seconds of nvcc per test unit; as bytes, all the copies of a unit share one set.
+template <class Dst, class Src>
+void copy_contiguous(const Dst& dst, const Src& src) {
+  using T = typename Dst::non_const_value_type;
+  static_assert(std::is_same_v<T, typename Src::non_const_value_type> && int(Dst::rank) == int(Src::rank),
+                "copy_contiguous: Views of one element type and rank");
+  bool same_shape = dst.span_is_contiguous() && src.span_is_contiguous() && dst.span() == src.span();
+  for (int r = 0; r < int(Dst::rank); ++r)
+    same_shape = same_shape && dst.extent(r) == src.extent(r) && dst.stride(r) == src.stride(r);
+  if (!same_shape)
+    throw std::invalid_argument("paraseq::test::copy_contiguous: '" + dst.label() + "' and '" + src.label() +
+                                "' must be contiguous Views with the same extents and strides");
+  if (static_cast<const void*>(dst.data()) == static_cast<const void*>(src.data())) return;
+  using Byte = unsigned char;
+  using DstBytes = Kokkos::View<Byte*, typename Dst::memory_space, Kokkos::MemoryUnmanaged>;
+  using SrcBytes = Kokkos::View<const Byte*, typename Src::memory_space, Kokkos::MemoryUnmanaged>;
+  const std::size_t bytes = dst.span() * sizeof(T);
+  Kokkos::deep_copy(DstBytes(reinterpret_cast<Byte*>(dst.data()), bytes),
+                    SrcBytes(reinterpret_cast<const Byte*>(src.data()), bytes));
+}
+
+// A host copy of a contiguous View (the View itself when it is in host memory).
+template <class View>
+auto to_host(const View& view) {
+  auto host = Kokkos::create_mirror_view(Kokkos::HostSpace{}, view);
+  copy_contiguous(host, view);
+  return host;
+}
+
 // Fills a View with uniform values in [lo, hi) drawn on the host from a fixed seed.
 template <class View>
 void fill_uniform(const View& view, double lo, double hi, unsigned seed) {
@@ -62,12 +103,23 @@ void fill_uniform(const View& view, double lo, double hi, unsigned seed) {
   std::uniform_real_distribution<double> dist(lo, hi);
   auto* data = host.data();
   for (std::size_t i = 0; i < host.span(); ++i) data[i] = typename View::non_const_value_type(dist(rng));
-  Kokkos::deep_copy(view, host);
+  copy_contiguous(view, host);
 }
 
+// Every element of a View set to value, through its host copy (see copy_contiguous).
 template <class View>
-auto to_host(const View& view) {
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
+void fill_constant(const View& view, typename View::non_const_value_type value) {
+  auto host = Kokkos::create_mirror_view(view);
+  std::fill_n(host.data(), host.span(), value);
+  copy_contiguous(view, host);
+}
+
+// edit(host) on a host copy of a View, then the copy back: `edit_on_host(v, [](auto& h) { h(2, 1) = NAN; })`.
+template <class View, class Edit>
+void edit_on_host(const View& view, const Edit& edit) {
+  auto host = to_host(view);
+  edit(host);
+  copy_contiguous(view, host);
 }
 
 // Host copies in double precision, for comparisons with the float64 reference loops.

@@ -1,0 +1,154 @@
+// Gradients through the Runge–Kutta loops (the discrete adjoint) on every enabled execution space:
+// the same bits across checkpoint intervals, batch chunks and loop modes, for fixed and adaptive
+// steps, and adaptive gradients against the closed form. Finite differences, zero steps and bad
+// shapes: test_rk_gradients.cpp; reverse mode through a test loop and dual numbers:
+// test_rk_gradients_reverse.cpp (separate translation units because each compiles many loop
+// kernels). Calls whose subject is not the loop mode compile the fused loop alone (fused_only):
+// for the built-in fields, the paraseq library's instances.
+
+#include "rk_test_support.hpp"
+
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+template <class Space>
+class RungeKuttaGradientModes : public ::testing::Test {};
+TYPED_TEST_SUITE(RungeKuttaGradientModes, ExecutionSpaces, SpaceName);
+
+constexpr std::size_t ample_workspace = std::size_t(1) << 30;
+
+// Checkpoint intervals and batch chunks change what the loops store and recompute, never the bits
+// of a gradient: the MLP's shared weights, summed over the trajectories in row order, included.
+TYPED_TEST(RungeKuttaGradientModes, CheckpointIntervalsAndChunksGiveTheSameBits) {
+  using Space = TypeParam;
+  const int N = 10, n = 3, hidden = 4, Q = 2 * n * hidden + hidden + n, steps = 37;
+  View2<float, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n);
+  View1<float, Space> weights("weights", Q);
+  fill_uniform(y0, -1, 1, 41);
+  fill_uniform(w, -1, 1, 42);
+  fill_uniform(weights, -0.8, 0.8, 43);
+  const auto problem = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
+  const auto mesh = ode::FixedSteps::count(0, 0.05, steps);
+  auto gradients = [&](int interval, std::size_t workspace) {
+    View2<float, Space> y0_bar("y0_bar", N, n);
+    View1<float, Space> weights_bar("weights_bar", Q);
+    ode::SolveOptions options;
+    options.checkpoint_interval = interval;
+    options.max_gradient_workspace_bytes = workspace;
+    ode::solve_with_gradient<fused_only>(
+        Space{}, ode::DormandPrince5{}, problem, mesh, ode::final_state(y1), ode::final_state(w),
+        ode::Gradients<decltype(y0_bar), ode::NoView, decltype(weights_bar)>{y0_bar, {}, weights_bar}, options);
+    return std::make_pair(y0_bar, weights_bar);
+  };
+  const auto reference = gradients(0, ample_workspace);
+  const std::size_t three = 3 * ode::gradient_workspace_bytes<float>(false, n, steps, 1, Q);
+  for (auto [interval, workspace] :
+       {std::pair{1, three}, std::pair{5, three}, std::pair{37, ample_workspace}, std::pair{100, ample_workspace}}) {
+    const auto other = gradients(interval, workspace);
+    EXPECT_TRUE(bitwise_equal(other.first, reference.first)) << "interval " << interval;
+    EXPECT_TRUE(bitwise_equal(other.second, reference.second)) << "interval " << interval;
+  }
+  EXPECT_THAT(Call([&] { gradients(0, 64); }),
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
+                                                         HasSubstr("the workspace of one trajectory"))));
+}
+
+// The stepped loops (one launch per step, forward and backward, the own parameters' gradients
+// carried between launches) give the bits of the fused loop, across checkpoint intervals and
+// chunks; a call that compiles the fused loop alone runs the same kernel, and refuses the stepped
+// mode. Adaptive steps: AdaptiveGradientsMatchTheClosedForm.
+TYPED_TEST(RungeKuttaGradientModes, SteppedLoopsGiveTheBitsOfTheFusedLoop) {
+  using Space = TypeParam;
+  const int N = 10, n = 2, steps = 37;
+  const OscillatorBatch<float, Space> batch(N, 44);
+  View2<float, Space> y1("y1", N, n), w("w", N, n);
+  fill_uniform(w, -1, 1, 45);
+  const auto mesh = ode::FixedSteps::count(0, 0.05, steps);
+  using Gradients = ode::Gradients<View2<float, Space>, View2<float, Space>>;
+  auto gradients = [&](int interval, std::size_t workspace, ode::LoopMode mode) {
+    const Gradients g{View2<float, Space>("y0_bar", N, n), View2<float, Space>("p_bar", N, n)};
+    ode::SolveOptions options;
+    options.checkpoint_interval = interval;
+    options.max_gradient_workspace_bytes = workspace;
+    options.mode = mode;
+    ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(y1),
+                             ode::final_state(w), g, options);
+    return g;
+  };
+  const auto reference = gradients(0, ample_workspace, ode::LoopMode::fused);
+  const std::size_t three = 3 * ode::gradient_workspace_bytes<float>(false, n, steps, 1, 0);
+  for (auto [interval, workspace] : {std::pair{5, three}, std::pair{37, ample_workspace}}) {
+    const auto stepped = gradients(interval, workspace, ode::LoopMode::stepped);
+    EXPECT_TRUE(bitwise_equal(stepped.y0, reference.y0)) << "interval " << interval;
+    EXPECT_TRUE(bitwise_equal(stepped.params, reference.params)) << "interval " << interval;
+  }
+  const Gradients alone{View2<float, Space>("y0_bar", N, n), View2<float, Space>("p_bar", N, n)};
+  ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh, ode::final_state(y1),
+                                       ode::final_state(w), alone);
+  EXPECT_TRUE(bitwise_equal(alone.y0, reference.y0));
+  EXPECT_TRUE(bitwise_equal(alone.params, reference.params));
+  ode::SolveOptions stepped;
+  stepped.mode = ode::LoopMode::stepped;
+  EXPECT_THAT(Call([&] {
+                ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), mesh,
+                                                     ode::final_state(y1), ode::final_state(w), alone, stepped);
+              }),
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.mode'"), HasSubstr("fused_only"))));
+}
+
+TYPED_TEST(RungeKuttaGradientModes, AdaptiveGradientsMatchTheClosedForm) {
+  using Space = TypeParam;
+  const int N = 5;
+  const double t_end = 3, inside = 1.234;
+  const OscillatorBatch<double, Space> batch(N);
+  View2<double, Space> y1("y1", N, 2), w("w", N, 2), y0_bar("y0_bar", N, 2), p_bar("p_bar", N, 2);
+  View3<double, Space> observed("observed", N, 1, 2), w_obs("w_obs", N, 1, 2);
+  fill_uniform(w, -1, 1, 51);
+  fill_uniform(w_obs, -1, 1, 52);
+  auto steps = ode::AdaptiveSteps{};
+  steps.t_end = t_end, steps.rtol = 1e-10, steps.atol = 1e-12;
+  steps.observation_times = {inside};
+  const ode::Gradients<decltype(y0_bar), decltype(p_bar)> gradients{y0_bar, p_bar};
+  ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                           ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs), gradients);
+  // One declaration per rank: nvcc rejects an auto declaration that deduces different types.
+  auto hy = to_host(batch.y0), hp = to_host(batch.params), hw = to_host(w), gy = to_host(y0_bar), gp = to_host(p_bar);
+  auto hwo = to_host(w_obs);
+  for (int i = 0; i < N; ++i) {
+    auto loss = [&](double a, double v, double k, double c) {
+      const auto end = oscillator_exact(a, v, k, c, t_end), mid = oscillator_exact(a, v, k, c, inside);
+      return hw(i, 0) * end[0] + hw(i, 1) * end[1] + hwo(i, 0, 0) * mid[0] + hwo(i, 0, 1) * mid[1];
+    };
+    const double e = 1e-6, a = hy(i, 0), v = hy(i, 1), k = hp(i, 0), c = hp(i, 1);
+    const double exact[4] = {(loss(a + e, v, k, c) - loss(a - e, v, k, c)) / (2 * e),
+                             (loss(a, v + e, k, c) - loss(a, v - e, k, c)) / (2 * e),
+                             (loss(a, v, k + e, c) - loss(a, v, k - e, c)) / (2 * e),
+                             (loss(a, v, k, c + e) - loss(a, v, k, c - e)) / (2 * e)};
+    const double computed[4] = {gy(i, 0), gy(i, 1), gp(i, 0), gp(i, 1)};
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(computed[j], exact[j], 1e-7) << "trajectory " << i << " gradient " << j;
+  }
+  // The stepped loops (the same call, LoopMode::stepped) give the same bits.
+  View2<double, Space> stepped_y0_bar("stepped_y0_bar", N, 2), stepped_p_bar("stepped_p_bar", N, 2);
+  ode::SolveOptions stepped;
+  stepped.mode = ode::LoopMode::stepped;
+  ode::solve_with_gradient(
+      Space{}, ode::DormandPrince5{}, batch.problem(), steps, ode::final_and_observed(y1, observed),
+      ode::final_and_observed(w, w_obs),
+      ode::Gradients<decltype(stepped_y0_bar), decltype(stepped_p_bar)>{stepped_y0_bar, stepped_p_bar}, stepped);
+  EXPECT_TRUE(bitwise_equal(stepped_y0_bar, y0_bar));
+  EXPECT_TRUE(bitwise_equal(stepped_p_bar, p_bar));
+}
+
+} // namespace

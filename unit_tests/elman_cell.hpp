@@ -1,10 +1,11 @@
 #pragma once
-// The Elman cell of the cell tests (test_cells.cpp, test_cells_dense.cpp): a user cell with a
-// dense recurrent matrix, the DEER dense path, and its float64 sequential loop.
+// The Elman cell of the cell tests (test_cells*.cpp): a user cell with a dense recurrent matrix, the
+// DEER dense path, its float64 sequential loop and the checks the test units share.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/structure.hpp>
 #include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
 
 #include "test_support.hpp"
 
@@ -97,8 +98,18 @@ View2<double, Space> contractive_matrix(int N, unsigned seed, double bound = 0.9
   return W;
 }
 
-// Every Newton mode against the float64 loop, N channels, from a random h0.
-template <class Space, int MaxN>
+// The modes a test runs, with the kernel family each compiles (CompiledNewtonModes): a test unit
+// names the families it tests, so that it compiles those alone.
+struct ModeAndFamily {
+  NewtonMode mode;
+  CompiledNewtonModes family;
+};
+inline constexpr ModeAndFamily modes_and_families[] = {{NewtonMode::newton, CompiledNewtonModes::newton},
+                                                       {NewtonMode::fused, CompiledNewtonModes::fused},
+                                                       {NewtonMode::sequential, CompiledNewtonModes::sequential}};
+
+// Every Newton mode of Modes against the float64 loop, N channels, from a random h0.
+template <class Space, int MaxN, CompiledNewtonModes Modes>
 void expect_elman_solve_matches_sequential_loop(int N, int T_steps) {
   SCOPED_TRACE("N=" + std::to_string(N));
   const int B = 2;
@@ -109,19 +120,73 @@ void expect_elman_solve_matches_sequential_loop(int N, int T_steps) {
   fill_uniform(h0, -0.5, 0.5, 300 + N);
   const Host3 reference = elman_sequential(as_double2(W), as_double3(u), as_double2(h0));
   const ElmanCell<double, typename Space::memory_space, MaxN> cell{W};
-  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+  int modes_run = 0;
+  for (const auto& [mode, family] : modes_and_families) {
+    if (!compiles(Modes, family)) continue;
     SCOPED_TRACE("mode=" + std::to_string(int(mode)));
     NewtonConfig config;
     config.mode = mode;
     config.max_iters = 6;
     config.fused_window = 40;
     Kokkos::deep_copy(h, NAN);
-    newton_solve(Space{}, cell, u, h, config, h0);
+    newton_solve<Modes>(Space{}, cell, u, h, config, h0);
     EXPECT_LE(max_relative_error(h, reference), 1e-10);
+    ++modes_run;
   }
+  EXPECT_GT(modes_run, 0);
 }
 
-// A state one wider than the cell's DenseUpTo<MaxN> is an error that names the bound.
+// The forward and the adjoint in one mode (of family Family) against central differences of the
+// float64 loop's loss sum(g * h), for du, dW and dh0.
+template <class Space, CompiledNewtonModes Family>
+void expect_elman_gradients_match_finite_differences(NewtonMode mode) {
+  const int B = 2, T_steps = 5, N = 4;
+  const auto W = contractive_matrix<Space>(N, 11, 1.5);
+  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), g("g", B, T_steps, N), du("du", B, T_steps, N);
+  View2<double, Space> h0("h0", B, N), dh0("dh0", B, N);
+  View1<double, Space> dW("dW", N * N);
+  fill_uniform(u, -1, 1, 12);
+  fill_uniform(h0, -0.5, 0.5, 13);
+  fill_uniform(g, -1, 1, 14);
+  const ElmanCell<double, typename Space::memory_space> cell{W};
+  NewtonConfig config;
+  config.mode = mode;
+  config.max_iters = T_steps; // exact after T iterations
+  newton_solve<Family>(Space{}, cell, u, h, config, h0);
+  EXPECT_LE(max_relative_error(h, elman_sequential(as_double2(W), as_double3(u), as_double2(h0))), 1e-12);
+
+  Host3 hu = as_double3(u), hg = as_double3(g);
+  Host2 hW = as_double2(W), hh0 = as_double2(h0);
+  auto loss = [&]() {
+    const Host3 hh = elman_sequential(hW, hu, hh0);
+    double sum = 0;
+    for (std::size_t i = 0; i < hh.span(); ++i) sum += hg.data()[i] * hh.data()[i];
+    return sum;
+  };
+  auto expect_gradient = [&](const auto& analytic, double* values, std::size_t count, const char* name) {
+    auto host = to_host(analytic);
+    double error = 0, scale = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double saved = values[i];
+      values[i] = saved + 1e-6;
+      const double up = loss();
+      values[i] = saved - 1e-6;
+      const double down = loss();
+      values[i] = saved;
+      const double numeric = (up - down) / 2e-6;
+      error = std::fmax(error, std::fabs(host.data()[i] - numeric));
+      scale = std::fmax(scale, std::fabs(numeric));
+    }
+    EXPECT_LE(error / scale, 1e-6) << name;
+  };
+  newton_backward<Family>(Space{}, cell, u, h, g, du, dW, h0, dh0, config);
+  expect_gradient(du, hu.data(), hu.span(), "du");
+  expect_gradient(dW, hW.data(), hW.span(), "dW");
+  expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+}
+
+// A state one wider than the cell's DenseUpTo<MaxN> is an error that names the bound (checked before
+// any kernel runs: the call compiles the cheapest, the sequential loop).
 template <class Space, int MaxN>
 void expect_wider_state_rejected() {
   View2<double, Space> W("W", MaxN + 1, MaxN + 1);
@@ -129,7 +194,7 @@ void expect_wider_state_rejected() {
   EXPECT_THROW(
       {
         try {
-          newton_solve(Space{}, ElmanCell<double, typename Space::memory_space, MaxN>{W}, u, h);
+          newton_solve<CompiledNewtonModes::sequential>(Space{}, ElmanCell<double, typename Space::memory_space, MaxN>{W}, u, h);
         } catch (const std::invalid_argument& e) {
           EXPECT_THAT(e.what(), ::testing::HasSubstr("1 <= N <= " + std::to_string(MaxN)));
           throw;

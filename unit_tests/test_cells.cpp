@@ -12,8 +12,7 @@
 #include <gmock/gmock.h>
 
 #include <cmath>
-#include <functional>
-#include <vector>
+#include <stdexcept>
 
 namespace {
 
@@ -233,8 +232,10 @@ TYPED_TEST(Cells, FloatCellsMatchTheirEquationsInDouble) {
   expect_float_cells_match_equations<TypeParam>(true);
 }
 
+// The fused mode of the same cell: test_cells_fused.cpp; the dense N = 32: test_cells_dense*.cpp.
 TYPED_TEST(Cells, ElmanDenseNewtonMatchesSequentialLoop) {
-  expect_elman_solve_matches_sequential_loop<TypeParam, 9>(8, 500); // the dense N = 32: test_cells_dense.cpp
+  expect_elman_solve_matches_sequential_loop<TypeParam, 9, CompiledNewtonModes::newton | CompiledNewtonModes::sequential>(
+      8, 500);
 }
 
 // Quasi-Newton keeps only diag(J): it still converges, but linearly, so it needs more iterations
@@ -252,66 +253,46 @@ TYPED_TEST(Cells, ElmanQuasiNewtonConvergesMoreSlowly) {
   config.max_iters = 60;
   config.residual_atol = 1e-13;
   NewtonStats<typename Space::memory_space> exact, quasi;
-  newton_solve(Space{}, cell, u, h, config, ZeroInitialState{}, &exact);
+  constexpr auto modes = CompiledNewtonModes::newton | CompiledNewtonModes::newton_quasi;
+  newton_solve<modes>(Space{}, cell, u, h, config, ZeroInitialState{}, &exact);
   EXPECT_LE(max_relative_error(h, reference), 1e-11);
   config.jacobian = NewtonJacobian::quasi;
   Kokkos::deep_copy(h, NAN);
-  newton_solve(Space{}, cell, u, h, config, ZeroInitialState{}, &quasi);
+  newton_solve<modes>(Space{}, cell, u, h, config, ZeroInitialState{}, &quasi);
   EXPECT_LE(max_relative_error(h, reference), 1e-11);
   EXPECT_GT(quasi.iterations, exact.iterations);
   EXPECT_LT(quasi.iterations, config.max_iters);
 }
 
 TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
+  expect_elman_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::newton>(NewtonMode::newton);
+}
+
+// A call names the modes it compiles: another mode is an error that names them, and the automatic
+// choice picks among them.
+TYPED_TEST(Cells, ACallRunsOnlyTheModesItCompiles) {
   using Space = TypeParam;
-  const int B = 2, T_steps = 5, N = 4;
-  const auto W = contractive_matrix<Space>(N, 11, 1.5);
-  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), g("g", B, T_steps, N), du("du", B, T_steps, N);
-  View2<double, Space> h0("h0", B, N), dh0("dh0", B, N);
-  View1<double, Space> dW("dW", N * N);
-  fill_uniform(u, -1, 1, 12);
-  fill_uniform(h0, -0.5, 0.5, 13);
-  fill_uniform(g, -1, 1, 14);
+  const auto W = contractive_matrix<Space>(3, 41);
+  View3<double, Space> u("u", 2, 16, 3), h("h", 2, 16, 3);
   const ElmanCell<double, typename Space::memory_space> cell{W};
   NewtonConfig config;
   config.mode = NewtonMode::newton;
-  config.max_iters = T_steps; // exact after T iterations
-  newton_solve(Space{}, cell, u, h, config, h0);
-
-  Host3 hu = as_double3(u), hg = as_double3(g);
-  Host2 hW = as_double2(W), hh0 = as_double2(h0);
-  auto loss = [&]() {
-    const Host3 hh = elman_sequential(hW, hu, hh0);
-    double sum = 0;
-    for (std::size_t i = 0; i < hh.span(); ++i) sum += hg.data()[i] * hh.data()[i];
-    return sum;
-  };
-  auto expect_gradient = [&](const auto& analytic, double* values, std::size_t count, const char* name) {
-    auto host = to_host(analytic);
-    double error = 0, scale = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const double saved = values[i];
-      values[i] = saved + 1e-6;
-      const double up = loss();
-      values[i] = saved - 1e-6;
-      const double down = loss();
-      values[i] = saved;
-      const double numeric = (up - down) / 2e-6;
-      error = std::fmax(error, std::fabs(host.data()[i] - numeric));
-      scale = std::fmax(scale, std::fabs(numeric));
-    }
-    EXPECT_LE(error / scale, 1e-6) << name;
-  };
-  // The dense adjoint: the reverse scan, and the fused kernel (maps of N x N, no cached Jacobians).
-  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused}) {
-    SCOPED_TRACE("backward mode=" + std::to_string(int(mode)));
-    NewtonConfig backward;
-    backward.mode = mode;
-    newton_backward(Space{}, cell, u, h, g, du, dW, h0, dh0, backward);
-    expect_gradient(du, hu.data(), hu.span(), "du");
-    expect_gradient(dW, hW.data(), hW.span(), "dW");
-    expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+  try {
+    newton_solve<CompiledNewtonModes::sequential>(Space{}, cell, u, h, config);
+    ADD_FAILURE() << "a mode that the call does not compile ran";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("config.mode"));
+    EXPECT_THAT(e.what(), HasSubstr("NewtonMode::newton"));
+    EXPECT_THAT(e.what(), HasSubstr("a mode that this call compiles (CompiledNewtonModes::sequential)"));
   }
+  config.mode = NewtonMode::automatic;
+  config.jacobian = NewtonJacobian::quasi;
+  EXPECT_THROW(newton_solve<CompiledNewtonModes::newton>(Space{}, cell, u, h, config), std::invalid_argument);
+  config.jacobian = NewtonJacobian::exact;
+  NewtonStats<typename Space::memory_space> stats;
+  newton_solve<CompiledNewtonModes::sequential>(Space{}, cell, u, h, config, ZeroInitialState{}, &stats);
+  EXPECT_EQ(stats.mode, NewtonMode::sequential);
+  EXPECT_LE(max_relative_error(h, elman_sequential(as_double2(W), as_double3(u))), 1e-14);
 }
 
 TYPED_TEST(Cells, BlockCellMatchesSequentialLoopAndRejectsStateSizesOffTheBlock) {
@@ -355,7 +336,7 @@ TYPED_TEST(Cells, ElmanWithLargeJacobianRaisesDivergence) {
   config.mode = NewtonMode::newton;
   config.residual_fail = 1e-6;
   try {
-    newton_solve(Space{}, ElmanCell<double, typename Space::memory_space>{W}, u, h, config);
+    newton_solve<CompiledNewtonModes::newton>(Space{}, ElmanCell<double, typename Space::memory_space>{W}, u, h, config);
     ADD_FAILURE() << "no NewtonDivergenceError";
   } catch (const NewtonDivergenceError& e) {
     EXPECT_GT(e.residual(), 1e-6);

@@ -155,6 +155,37 @@ TYPED_TEST(NewtonConfiguration, CompileSafePresetNeverSyncs) {
   EXPECT_EQ(newton_host_syncs(), before + config.max_iters);
 }
 
+// The compiled instances of a built-in cell hold every mode; a call that names the modes it compiles
+// runs the one it would compile, with the result of that mode named in the config.
+TYPED_TEST(NewtonConfiguration, ACallThatNamesItsModesRunsOneOfThem) {
+  using Space = TypeParam;
+  Gru<Space> problem(2, 300, 4, 0.5, 71);
+  View3<double, Space> named("named", 2, 300, 4), g("g", 2, 300, 4), du("du", 2, 300, 12), du_named("du_named", 2, 300, 12);
+  View1<double, Space> da("da", 12), da_named("da_named", 12);
+  fill_uniform(g, -1, 1, 72);
+  NewtonStats<typename Space::memory_space> stats;
+  newton_solve<CompiledNewtonModes::fused>(Space{}, problem.cell(), problem.u, problem.h, NewtonConfig{}, ZeroInitialState{},
+                                           &stats);
+  EXPECT_EQ(stats.mode, NewtonMode::fused);
+  NewtonConfig fused;
+  fused.mode = NewtonMode::fused;
+  newton_solve(Space{}, problem.cell(), problem.u, named, fused);
+  EXPECT_TRUE(bitwise_equal(problem.h, named));
+  newton_backward<CompiledNewtonModes::fused>(Space{}, problem.cell(), problem.u, problem.h, g, du, da);
+  newton_backward(Space{}, problem.cell(), problem.u, problem.h, g, du_named, da_named, ZeroInitialState{}, NoGradient{},
+                  fused);
+  EXPECT_TRUE(bitwise_equal(du, du_named));
+  EXPECT_TRUE(bitwise_equal(da, da_named));
+
+  NewtonConfig newton;
+  newton.mode = NewtonMode::newton;
+  EXPECT_THROW(newton_solve<CompiledNewtonModes::fused>(Space{}, problem.cell(), problem.u, problem.h, newton),
+               std::invalid_argument);
+  EXPECT_THROW(newton_backward<CompiledNewtonModes::sequential>(Space{}, problem.cell(), problem.u, problem.h, g, du, da,
+                                                                ZeroInitialState{}, NoGradient{}, newton),
+               std::invalid_argument);
+}
+
 TYPED_TEST(NewtonConfiguration, DampedNewtonStillConverges) {
   using Space = TypeParam;
   Gru<Space> problem(2, 1000, 4, 0.5, 61);

@@ -19,7 +19,8 @@
 // so writing in place would race.
 //
 // The built-in cells over core/views.hpp's View types run the instances compiled into the paraseq
-// library; a cell of your own compiles the solver where it is used (docs/architecture.md).
+// library; a cell of your own compiles the solver where it is used (docs/architecture.md), every mode's
+// kernels unless the call names the ones it needs: newton_solve<CompiledNewtonModes::fused>(...).
 //
 // Modes (NewtonConfig::mode):
 //   sequential  the loop over t, one thread per (batch, group); the reference and, when B x groups
@@ -75,15 +76,19 @@ double newton_work_ratio(const NewtonConfig& config) {
   return on_host ? 2.5 * std::max(1, config.max_iters) : 1.0;
 }
 
+// Whether the fused kernel can run the config: exact Jacobian, fixed iteration count, no Picard sweeps.
+inline bool is_fusable(const NewtonConfig& config) {
+  return config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
+         !config.picard_adapt;
+}
+
 template <class Cell, class Acc, class ExecSpace>
 NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config, const ScanShape& shape) {
   if (config.mode != NewtonMode::automatic) return config.mode;
   if (double(shape.batch) * shape.groups * newton_work_ratio<ExecSpace>(config) >= double(space.concurrency()))
     return NewtonMode::sequential;
-  const bool fusable = config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
-                       !config.picard_adapt;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  if (!fusable) return NewtonMode::newton;
+  if (!is_fusable(config)) return NewtonMode::newton;
   if (on_host) return shape.steps <= plan_fused<Cell, Acc>(space, shape, config).window ? NewtonMode::fused : NewtonMode::newton;
   // A device runs the fused kernel with at most 16 threads per group, one team per batch element
   // and tile: its time grows with T alone (about 53 ns per step for K = 3 on the H200, ParaGRU,
@@ -92,6 +97,63 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   // is 1/1536 of the H200's resident threads: at 256 groups fused takes 3.6 ms against 5.2 ms, at
   // one group 13.7 ms against 0.56 ms (H200, docs/performance.md).
   return double(shape.batch) * shape.groups * 1536 >= double(space.concurrency()) ? NewtonMode::fused : NewtonMode::newton;
+}
+
+// The kernel family that runs a (non-automatic) mode with the config's Jacobian. A diagonal cell's
+// quasi Jacobian is its exact one: the same scan.
+template <class Structure>
+constexpr CompiledNewtonModes kernel_family(NewtonMode mode, NewtonJacobian jacobian) {
+  if (mode == NewtonMode::sequential) return CompiledNewtonModes::sequential;
+  if (mode == NewtonMode::fused) return CompiledNewtonModes::fused;
+  return jacobian == NewtonJacobian::quasi && !std::is_same_v<Structure, Diagonal> ? CompiledNewtonModes::newton_quasi
+                                                                                   : CompiledNewtonModes::newton;
+}
+
+// Whether Modes compiles the newton mode's scans for either Jacobian (the adjoint's reverse scan).
+constexpr bool compiles_newton_scans(CompiledNewtonModes set) {
+  return compiles(set, CompiledNewtonModes::newton) || compiles(set, CompiledNewtonModes::newton_quasi);
+}
+
+// The scan shape of a solve: B, T and the cell's groups.
+template <class Cell, class UView>
+ScanShape newton_shape(const Cell& cell, const UView& u) {
+  using structure = typename Cell::structure;
+  const int N = cell.state_size();
+  return ScanShape{int(u.extent(0)), int(u.extent(1)), group_count<structure>(N), group_size<structure>(N)};
+}
+
+inline std::string compiled_modes_text(CompiledNewtonModes set) {
+  std::string text;
+  auto add = [&](CompiledNewtonModes family, const char* name) {
+    if (compiles(set, family)) text += (text.empty() ? "" : " | ") + std::string("CompiledNewtonModes::") + name;
+  };
+  add(CompiledNewtonModes::sequential, "sequential");
+  add(CompiledNewtonModes::newton, "newton");
+  add(CompiledNewtonModes::newton_quasi, "newton_quasi");
+  add(CompiledNewtonModes::fused, "fused");
+  return text;
+}
+
+// The mode a call with the compiled families Modes runs: choose_newton_mode's, if compiled; for the
+// automatic mode otherwise the first compiled of newton, fused (if the config allows it) and
+// sequential. A mode the config names that is not compiled is an error.
+template <CompiledNewtonModes Modes, class Cell, class Acc, class ExecSpace>
+NewtonMode choose_compiled_newton_mode(const char* fn, const ExecSpace& space, const NewtonConfig& config,
+                                       const ScanShape& shape) {
+  using structure = typename Cell::structure;
+  const NewtonMode chosen = choose_newton_mode<Cell, Acc>(space, config, shape);
+  auto compiled = [&](NewtonMode mode) { return compiles(Modes, kernel_family<structure>(mode, config.jacobian)); };
+  if (compiled(chosen)) return chosen;
+  if (config.mode == NewtonMode::automatic) {
+    if (compiled(NewtonMode::newton)) return NewtonMode::newton;
+    if (compiled(NewtonMode::fused) && is_fusable(config)) return NewtonMode::fused;
+    if (compiled(NewtonMode::sequential)) return NewtonMode::sequential;
+  }
+  constexpr const char* mode_names[] = {"automatic", "newton", "fused", "sequential"};
+  throw_invalid(fn, "config.mode",
+                std::string("NewtonMode::") + mode_names[int(config.mode)] +
+                    (config.jacobian == NewtonJacobian::quasi ? " with NewtonJacobian::quasi" : ""),
+                "a mode that this call compiles (" + compiled_modes_text(Modes) + ")");
 }
 
 // The checks newton_solve and newton_backward share (h is the output of one, an input of the other).
@@ -141,9 +203,7 @@ inline void check_newton_config(const NewtonConfig& config) {
         "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
   if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
     bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
-  const bool fused = config.mode == NewtonMode::fused;
-  if (fused && (config.jacobian != NewtonJacobian::exact || config.residual_atol || config.picard_iters > 0 ||
-                config.picard_adapt))
+  if (config.mode == NewtonMode::fused && !is_fusable(config))
     bad("mode", "fused together with quasi, residual_atol or Picard sweeps",
         "the fused mode only with the exact Jacobian, a fixed iteration count and no Picard sweeps");
 }
@@ -152,8 +212,9 @@ inline void check_newton_config(const NewtonConfig& config) {
 // buffer and writes h^{k+1} to the other (h and a work buffer of h's type, in turn); an initial
 // guess that is not given is first written into the buffer the first pass reads, so every pass
 // reads a View and a solve has one pass type whatever the guess. Returns the iterations run;
-// checked_residual is the max |F| of the last host check (with check_on_host).
-template <class Acc, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
+// checked_residual is the max |F| of the last host check (with check_on_host). Only the scans of the
+// families in Modes are compiled.
+template <class Acc, CompiledNewtonModes Modes, class ExecSpace, class Cell, class UView, class IterateView, class H0View, class ResidualOf>
 int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, const IterateView& h, const H0View& h0,
                    const NewtonConfig& config, const ScanShape& shape, bool check_on_host, const ResidualOf& residual_of,
                    int& picard_sweeps, double& checked_residual) {
@@ -194,9 +255,10 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
       ordered_scan<scan_structure, Acc>(space, scan_shape, rec_t{cell, u, old, out, Acc(config.omega), d},
                                         newton_scan_config<ExecSpace>(config.scan));
     };
-    if constexpr (!std::is_same_v<structure, Diagonal>)
+    if constexpr (!std::is_same_v<structure, Diagonal> && compiles(Modes, CompiledNewtonModes::newton_quasi))
       if (quasi) return scan.template operator()<true>();
-    scan.template operator()<false>();
+    if constexpr (std::is_same_v<structure, Diagonal> || compiles(Modes, CompiledNewtonModes::newton))
+      if (!quasi) return scan.template operator()<false>();
   };
   auto current_residual = [&]() -> double { return residual_of(iterate_t{in_work ? work : h, h0, d}); };
 
@@ -231,17 +293,17 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   return iterations;
 }
 
-// The solve once its arguments are checked; compiled once per built-in cell, type and space for the
-// Views of views.hpp (solvers/newton_instances), instantiated where it is called otherwise.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+// The solve once its arguments are checked and config.mode is one of Modes' (choose_compiled_newton_mode);
+// compiled once per built-in cell, type and space for the Views of views.hpp (solvers/newton_instances),
+// instantiated where it is called otherwise, with the kernels of Modes only.
+template <class Acc, CompiledNewtonModes Modes = CompiledNewtonModes::all, class ExecSpace, class Cell, class UView,
+          class HView, class H0View>
 void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const NewtonConfig& config,
                       const H0View& h0, NewtonStats<typename ExecSpace::memory_space>* stats) {
   using memory_space = typename ExecSpace::memory_space;
-  using structure = typename Cell::structure;
-  const int B = int(u.extent(0)), T = int(u.extent(1)), N = cell.state_size();
-  const int d = group_size<structure>(N);
-  const ScanShape shape{B, T, group_count<structure>(N), d};
-  const NewtonMode mode = choose_newton_mode<Cell, Acc>(space, config, shape);
+  const ScanShape shape = newton_shape(cell, u);
+  const int B = shape.batch, T = shape.steps, d = shape.group_size;
+  const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, Acc>(newton_fn, space, config, shape);
   const double threshold = config.residual_atol ? *config.residual_atol
                            : config.residual_fail ? *config.residual_fail
                                                   : std::numeric_limits<double>::max();
@@ -266,21 +328,24 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   int iterations = 0, picard_sweeps = 0;
   double checked_residual = 0; // max |F| of the result, read on the host when residual_fail is set
   if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
-    if (mode == NewtonMode::sequential)
-      Kokkos::parallel_for("paraseq::newton_sequential",
-                           Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),
-                           sequential_t{cell, u, out, h0, T, shape.groups, d});
-    else {
-      fused_newton<Acc>(space, cell, u, out, h0, config, shape);
+    if (mode == NewtonMode::sequential) {
+      if constexpr (compiles(Modes, CompiledNewtonModes::sequential))
+        Kokkos::parallel_for("paraseq::newton_sequential",
+                             Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),
+                             sequential_t{cell, u, out, h0, T, shape.groups, d});
+    } else {
+      if constexpr (compiles(Modes, CompiledNewtonModes::fused)) fused_newton<Acc>(space, cell, u, out, h0, config, shape);
       iterations = config.max_iters;
     }
     if (residual.data()) residual_of(result);
     if (config.residual_fail) checked_residual = read_residual_on_host(space, residual);
   } else {
-    iterations = solve_by_scans<Acc>(
-        space, cell, u, out, h0, config, shape, check_on_host,
-        [&](const Iterate<iterate_view, H0View>& iterate) { return read_residual_on_host(space, residual_of(iterate)); },
-        picard_sweeps, checked_residual);
+    if constexpr (compiles_newton_scans(Modes)) {
+      iterations = solve_by_scans<Acc, Modes>(
+          space, cell, u, out, h0, config, shape, check_on_host,
+          [&](const Iterate<iterate_view, H0View>& iterate) { return read_residual_on_host(space, residual_of(iterate)); },
+          picard_sweeps, checked_residual);
+    }
     if (stats) residual_of(result);
   }
   if (stats) {
@@ -325,7 +390,10 @@ void compiled_newton_solve(const Arguments&...) = delete;
 
 namespace paraseq {
 
-template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
+// newton_solve<Modes>(...) compiles the kernel families of Modes alone where the solver is
+// instantiated (CompiledNewtonModes, newton_config.hpp); newton_solve(...) compiles every family.
+template <CompiledNewtonModes Modes, class Acc = void, class ExecSpace, class Cell, class UView, class HView,
+          class H0View = ZeroInitialState>
   requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
 void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
                   const NewtonConfig& config = {}, const H0View& h0 = {},
@@ -344,12 +412,25 @@ void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, cons
     const OutView<T, 3, ExecSpace> h_view = h;
     InView<T, 2, ExecSpace> h0_view;
     if constexpr (!std::is_same_v<H0View, ZeroInitialState>) h0_view = h0;
-    if constexpr (requires { detail::compiled_newton_solve(space, cell, u_view, h_view, config, h0_view, stats); })
-      detail::compiled_newton_solve(space, cell, u_view, h_view, config, h0_view, stats);
-    else detail::run_newton_solve<T>(space, cell, u_view, h_view, config, h0_view, stats);
+    // The compiled instances hold every family: a restricted call runs the mode it would compile.
+    NewtonConfig run_config = config;
+    if constexpr (Modes != CompiledNewtonModes::all)
+      run_config.mode = detail::choose_compiled_newton_mode<Modes, Cell, T>(detail::newton_fn, space, config,
+                                                                            detail::newton_shape(cell, u));
+    if constexpr (requires { detail::compiled_newton_solve(space, cell, u_view, h_view, run_config, h0_view, stats); })
+      detail::compiled_newton_solve(space, cell, u_view, h_view, run_config, h0_view, stats);
+    else detail::run_newton_solve<T>(space, cell, u_view, h_view, run_config, h0_view, stats);
   } else {
-    detail::run_newton_solve<acc_t>(space, cell, u, h, config, h0, stats);
+    detail::run_newton_solve<acc_t, Modes>(space, cell, u, h, config, h0, stats);
   }
+}
+
+template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class H0View = ZeroInitialState>
+  requires(Kokkos::is_view_v<H0View> || std::is_same_v<H0View, ZeroInitialState>)
+void newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h,
+                  const NewtonConfig& config = {}, const H0View& h0 = {},
+                  NewtonStats<typename ExecSpace::memory_space>* stats = nullptr) {
+  newton_solve<CompiledNewtonModes::all, Acc>(space, cell, u, h, config, h0, stats);
 }
 
 } // namespace paraseq

@@ -8,6 +8,8 @@
 //   dparams: [cell.param_count()]        dL/d(recurrent parameters), in the cell's slot order (written)
 //   dh0:     [B, N] dL/dh0, or NoGradient{} to skip it
 //   config:  the forward's NewtonConfig: its mode picks how the adjoint runs (below)
+// newton_backward<Modes>(...) compiles the adjoint kernels of the CompiledNewtonModes Modes alone (a
+// cell of your own; the forward's note in newton.hpp).
 //
 // Method (no differentiation through the Newton iterations): with A_t = df/dh(h_{t-1}, u_t) at the
 // converged h, the adjoint mu_t = g_t + A_{t+1}^T mu_{t+1}, mu_{T-1} = g_{T-1}, is a linear recurrence
@@ -142,9 +144,9 @@ struct LocalGradients {
 };
 
 // The backward once its arguments are checked; compiled once per built-in cell, type and space for
-// the Views of views.hpp, instantiated where it is called otherwise. A dh0 View without data is
-// NoGradient.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView, class DParamView,
+// the Views of views.hpp, instantiated where it is called otherwise with the kernels of Modes only.
+// A dh0 View without data is NoGradient.
+template <class Acc, CompiledNewtonModes Modes = CompiledNewtonModes::all, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView, class DParamView,
           class H0View, class DH0View>
 void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
                          const DUView& du, const DParamView& dparams, const H0View& h0, const DH0View& dh0,
@@ -152,30 +154,33 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
   using acc_t = Acc;
   using memory_space = typename ExecSpace::memory_space;
   using structure = typename Cell::structure;
-  const long B = long(u.extent(0)), T = long(u.extent(1)), N = cell.state_size();
-  const int d = group_size<structure>(int(N));
-  const ScanShape shape{int(B), int(T), group_count<structure>(int(N)), d};
+  const ScanShape shape = newton_shape(cell, u);
+  const long B = shape.batch, T = shape.steps, N = cell.state_size();
+  const int d = shape.group_size;
   const Iterate<HView, H0View> trajectory{h, h0, d};
   using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
   if constexpr (!std::is_same_v<DH0View, NoGradient>)
     if (T == 0 && dh0.data()) Kokkos::deep_copy(space, dh0, 0); // h depends on no h0
 
   partial_view partial;
-  const NewtonMode mode = choose_newton_mode<Cell, acc_t>(space, config, shape);
+  const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, acc_t>(newton_backward_fn, space, config, shape);
+  constexpr bool fused_adjoint = compiles(Modes, CompiledNewtonModes::fused) || compiles(Modes, CompiledNewtonModes::sequential);
   if (mode != NewtonMode::newton) {
-    FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
-    if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
-    const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
-    auto functor_for = [&](const FusedPlan& chosen, const partial_view& sums) {
-      return FusedAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>{
-          cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
-    };
-    plan = fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
-    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
-                           cell.param_count());
-    if (B * T * shape.groups > 0)
-      launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
-  } else {
+    if constexpr (fused_adjoint) {
+      FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
+      if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
+      const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
+      auto functor_for = [&](const FusedPlan& chosen, const partial_view& sums) {
+        return FusedAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>{
+            cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
+      };
+      plan = fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
+      partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
+                             cell.param_count());
+      if (B * T * shape.groups > 0)
+        launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
+    }
+  } else if constexpr (compiles_newton_scans(Modes)) {
     using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
     const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
     using adjoint_t = AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
@@ -230,12 +235,14 @@ void compiled_newton_backward(const Arguments&...) = delete;
 
 namespace paraseq {
 
-template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
+// newton_backward<Modes>(...) compiles the adjoint kernels of Modes alone where the solver is
+// instantiated; newton_backward(...) compiles every family.
+template <CompiledNewtonModes Modes, class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
           class DParamView, class H0View = ZeroInitialState, class DH0View = NoGradient>
 void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
                      const DUView& du, const DParamView& dparams, const H0View& h0 = {}, const DH0View& dh0 = {},
                      const NewtonConfig& config = {}) {
-  constexpr const char* fn = "paraseq::newton_backward";
+  constexpr const char* fn = detail::newton_backward_fn;
   const Kokkos::Profiling::ScopedRegion region(fn);
   using acc_t = detail::accumulation_t<Acc, UView>;
   detail::check_cell_gradient<Cell, acc_t>();
@@ -270,18 +277,30 @@ void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, c
     const InView<T, 3, ExecSpace> u_view = u, h_view = h, g_view = g;
     const OutView<T, 3, ExecSpace> du_view = du;
     const OutView<T, 1, ExecSpace> dparams_view = dparams;
+    // The compiled instances hold every family: a restricted call runs the mode it would compile.
+    NewtonConfig run_config = config;
+    if constexpr (Modes != CompiledNewtonModes::all)
+      run_config.mode = detail::choose_compiled_newton_mode<Modes, Cell, T>(fn, space, config, detail::newton_shape(cell, u));
     if constexpr (requires {
                     detail::compiled_newton_backward(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view,
-                                                     dh0_view, config);
+                                                     dh0_view, run_config);
                   })
       detail::compiled_newton_backward(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view, dh0_view,
-                                       config);
+                                       run_config);
     else
       detail::run_newton_backward<T>(space, cell, u_view, h_view, g_view, du_view, dparams_view, h0_view, dh0_view,
-                                     config);
+                                     run_config);
   } else {
-    detail::run_newton_backward<acc_t>(space, cell, u, h, g, du, dparams, h0, dh0, config);
+    detail::run_newton_backward<acc_t, Modes>(space, cell, u, h, g, du, dparams, h0, dh0, config);
   }
+}
+
+template <class Acc = void, class ExecSpace, class Cell, class UView, class HView, class GView, class DUView,
+          class DParamView, class H0View = ZeroInitialState, class DH0View = NoGradient>
+void newton_backward(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const GView& g,
+                     const DUView& du, const DParamView& dparams, const H0View& h0 = {}, const DH0View& dh0 = {},
+                     const NewtonConfig& config = {}) {
+  newton_backward<CompiledNewtonModes::all, Acc>(space, cell, u, h, g, du, dparams, h0, dh0, config);
 }
 
 } // namespace paraseq

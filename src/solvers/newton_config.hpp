@@ -39,6 +39,30 @@ enum class NewtonJacobian {
   quasi, // only the diagonal of the cell's Jacobian (quasi-DEER); converges linearly, not quadratically
 };
 
+// The kernel families a call of newton_solve or newton_backward compiles where the solver is
+// instantiated, that is for a cell of your own (the built-in cells' compiled instances hold every
+// family). Each family is a few ordered scans or one fused kernel, minutes of nvcc for a dense cell,
+// so a translation unit that runs one mode names it and compiles that family alone:
+//     newton_solve<CompiledNewtonModes::fused>(space, cell, u, h, config);
+// config.mode must then be a compiled mode, and the automatic choice picks among the compiled ones.
+enum class CompiledNewtonModes : unsigned {
+  sequential = 1,   // NewtonMode::sequential (the adjoint: the fused kernel over one window per thread)
+  newton = 2,       // NewtonMode::newton with the exact Jacobian, and the adjoint's reverse scan
+  newton_quasi = 4, // NewtonMode::newton with NewtonJacobian::quasi (a diagonal scan), same adjoint
+  fused = 8,        // NewtonMode::fused, forward and adjoint
+  all = 15,
+};
+
+// The families of either set.
+constexpr CompiledNewtonModes operator|(CompiledNewtonModes a, CompiledNewtonModes b) {
+  return CompiledNewtonModes(unsigned(a) | unsigned(b));
+}
+
+// Whether every family of `families` is in `set`.
+constexpr bool compiles(CompiledNewtonModes set, CompiledNewtonModes families) {
+  return (unsigned(set) & unsigned(families)) == unsigned(families);
+}
+
 struct NewtonConfig {
   int max_iters = 3;                   // Newton iterations (fewer only when residual_atol stops early)
   double omega = 1.0;                  // damping: h <- h + omega * delta, 0 < omega <= 1

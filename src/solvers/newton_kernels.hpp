@@ -20,6 +20,7 @@ namespace paraseq {
 namespace detail {
 
 inline constexpr const char* newton_fn = "paraseq::newton_solve";
+inline constexpr const char* newton_backward_fn = "paraseq::newton_backward";
 
 // The decomposition of the Newton mode's scans (forward and adjoint). Their steps' maps are the
 // cell's linearisations, computed where they are used, so a second pass over a time chunk would

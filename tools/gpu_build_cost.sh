@@ -10,7 +10,8 @@
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest. OUT receives build-cost.json
 # (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log,
-# pytest-cuda.log (python/tests/test_cuda.py on those operators) and bench.json from the target
+# pytest-cuda.log (python/tests/test_cuda.py on those operators), extension-compile.json
+# (perf_tests/extension_compile.py: the compiled path's nvcc compile) and bench.json from the target
 # benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
 # benchmark binary built (in the background, after the timed build) and measured in the same run:
 # bench-baseline.json.
@@ -95,6 +96,12 @@ bench() { # build_dir report
 }
 # Both trees are measured on an idle host: the baseline's build has finished first.
 wait || true
+# The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
+# and cached use.
+PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
+  timeout 600 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
+  >"$out/extension-compile.log" 2>&1 || true
+tail -n 3 "$out/extension-compile.log"
 bench "$build" "$out/bench.json"
 if [[ -n $baseline ]]; then
   if [[ $(cat /tmp/baseline.rc) == 0 ]]; then

@@ -5,7 +5,9 @@ An extension is one generated C++ translation unit with its operators in a names
 (torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>). It links against the loaded
 libparaseq_torch.so, so Kokkos is initialised once (ensure_kokkos) and is the same Kokkos, and
 compiles with the headers and Kokkos that libparaseq_torch.build.json next to the library names
-(CMake writes it; a source tree without one uses its src/ and the loaded libkokkoscore).
+(CMake writes it; a source tree without one uses its src/ and the loaded libkokkoscore). With a
+CUDA Kokkos an extension is a CUDA source compiled by nvcc (the library's CUDA compiler, host
+compiler and architectures) and has CPU and CUDA kernels; otherwise a C++ source with CPU kernels.
 
 Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
 generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
@@ -16,6 +18,7 @@ seconds are not a silent stall.
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import functools
 import hashlib
@@ -104,6 +107,37 @@ class BuildSettings(NamedTuple):
     link_flags: list
     depends: str  # the text of everything a compile depends on besides the source
     source: Path  # paraseq's headers (the directory that <paraseq/...> names)
+    cuda: bool  # Kokkos has CUDA: the extensions are CUDA sources (nvcc) with CPU and CUDA kernels
+    suffix: str  # of a generated source: ".cu" for nvcc, ".cpp" otherwise
+
+
+_CUDA_ARCHITECTURE = re.compile(r"#define\s+KOKKOS_ARCH_(?:KEPLER|MAXWELL|PASCAL|VOLTA|TURING|AMPERE|ADA|HOPPER|BLACKWELL)"
+                                r"(\d+)\b")
+
+
+def _cuda_architectures(description, kokkos):
+    """The compute capabilities an extension is compiled for: the library's (CMAKE_CUDA_ARCHITECTURES,
+    as 90 or 90-real), else the one Kokkos was configured for."""
+    named = [a.split("-")[0] for a in description.get("cuda_architectures", "").split(";") if a.split("-")[0].isdigit()]
+    return named or _CUDA_ARCHITECTURE.findall(kokkos)
+
+
+def _cuda_settings(description, kokkos):
+    """(compiler, compile flags) of nvcc for an extension of a CUDA Kokkos."""
+    compiler = os.environ.get("CUDACXX") or description.get("cuda_compiler") or shutil.which("nvcc")
+    if not compiler or not shutil.which(compiler):
+        raise BuildUnavailable("this Kokkos has CUDA and no CUDA compiler was found (set CUDACXX; the library's build "
+                               f"named {description.get('cuda_compiler') or 'none'})")
+    host = os.environ.get("CUDAHOSTCXX") or description.get("cuda_host_compiler") or description.get("cxx_compiler")
+    architectures = _cuda_architectures(description, kokkos)
+    if not architectures:
+        raise BuildUnavailable("this Kokkos has CUDA and neither the library's build description nor "
+                               "KokkosCore_config.h names a CUDA architecture")
+    host_flags = "-fPIC,-fopenmp" if "#define KOKKOS_ENABLE_OPENMP" in kokkos else "-fPIC"
+    flags = ["-std=c++20", "-O2", "-DNDEBUG", "--extended-lambda", "--expt-relaxed-constexpr", "-Xcompiler", host_flags]
+    flags += [f"-ccbin={host}"] if host else []
+    flags += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures]
+    return compiler, flags
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,9 +145,6 @@ def build_settings() -> BuildSettings:
     description_path = Path(_library.LIBRARY_PATH).with_name(BUILD_DESCRIPTION)
     description = json.loads(description_path.read_text()) if description_path.is_file() else \
         _discovered_description()
-    compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
-    if not compiler or not shutil.which(compiler):
-        raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {compiler or 'c++ and g++'})")
     source = description_path.parent / description["paraseq_source_dir"]  # relative: to the description's
     if not (source / "adapters" / "torch" / "odeint_integrate.hpp").is_file():
         raise BuildUnavailable(f"paraseq's headers were not found in {source}")
@@ -122,9 +153,16 @@ def build_settings() -> BuildSettings:
     if kokkos_config is None:
         raise BuildUnavailable("KokkosCore_config.h was not found in " + ", ".join(description["include_dirs"]))
     kokkos = kokkos_config.read_text()
-    if "#define KOKKOS_ENABLE_CUDA" in kokkos:
-        raise BuildUnavailable("the extensions are compiled for the CPU only, and this Kokkos has CUDA (its "
-                               "headers need nvcc)")
+    cuda = "#define KOKKOS_ENABLE_CUDA" in kokkos
+    if cuda:  # Kokkos' headers then need nvcc in every unit
+        compiler, language_flags = _cuda_settings(description, kokkos)
+    else:
+        compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
+        if not compiler or not shutil.which(compiler):
+            raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {compiler or 'c++ and g++'})")
+        language_flags = ["-std=c++20", "-O2", "-fPIC", "-DNDEBUG"]
+        if "#define KOKKOS_ENABLE_OPENMP" in kokkos:
+            language_flags.append("-fopenmp")
     version = re.search(r"#define\s+KOKKOS_VERSION\s+(\d+)", kokkos)
     from torch.utils import cpp_extension
     include = cache_dir() / "include"  # <paraseq/...> resolves to the source directory
@@ -142,19 +180,18 @@ def build_settings() -> BuildSettings:
         temporary = config.with_name(f"config.hpp.{os.getpid()}")
         temporary.write_text(EXTENSION_CONFIG)
         os.replace(temporary, config)
-    compile_flags = ["-std=c++20", "-O2", "-fPIC", "-DNDEBUG",
-                     f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    compile_flags = [*language_flags, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
                      f"-I{include}", f"-I{generated}", f"-I{source / 'adapters' / 'torch'}"]
     compile_flags += [f"-I{d}" for d in description["include_dirs"]]
-    compile_flags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
+    compile_flags += [flag for d in cpp_extension.include_paths() for flag in ("-isystem", d)]
     compile_flags += [f"-D{d}" for d in description["compile_definitions"]] + list(description["compile_options"])
-    if "#define KOKKOS_ENABLE_OPENMP" in kokkos and "-fopenmp" not in compile_flags:
-        compile_flags.append("-fopenmp")
     torch_lib = cpp_extension.library_paths()[0]
     paraseq_lib = Path(_library.LIBRARY_PATH).resolve()
+    run_paths = [torch_lib, paraseq_lib.parent, *(Path(lib).parent for lib in description["link_libraries"] if "/" in lib)]
     link_flags = ["-shared", str(paraseq_lib), *description["link_libraries"], f"-L{torch_lib}", "-lc10",
-                  "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{paraseq_lib.parent}"]
-    link_flags += [f"-Wl,-rpath,{Path(lib).parent}" for lib in description["link_libraries"] if "/" in lib]
+                  "-ltorch_cpu", "-ltorch"]
+    for directory in run_paths:  # nvcc hands -Xlinker's value to the host linker, as g++ does -Wl's
+        link_flags += ["-Xlinker", f"-rpath,{directory}"] if cuda else [f"-Wl,-rpath,{directory}"]
     compiler_version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     headers = hashlib.sha256()
     for path in sorted(source.rglob("*.hpp")):
@@ -167,37 +204,69 @@ def build_settings() -> BuildSettings:
                           "kokkos": version.group(1) if version else kokkos_config.as_posix(),
                           "compiler": compiler_version, "headers": headers.hexdigest(),
                           "flags": compile_flags + link_flags})
-    return BuildSettings(compiler, compile_flags, link_flags, depends, source)
+    return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp")
 
 
-def _compile(function, settings, source_path, library_path):
-    temporary = library_path.with_name(f"{library_path.name}.{os.getpid()}.tmp")
-    command = [settings.compiler, *settings.compile_flags, str(source_path), "-o", str(temporary),
-               *settings.link_flags]
-    started = time.perf_counter()
+def require_device(device_type: str, argument: str) -> None:
+    """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
+    Kokkos has it."""
+    if device_type == "cpu":
+        return
+    cuda = build_settings().cuda
+    if device_type != "cuda" or not cuda:
+        raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "
+                               f"{argument} is on {device_type}")
+
+
+def _run(function, command, source_path):
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        temporary.unlink(missing_ok=True)
         raise RuntimeError(f"{function}: compiling the generated extension {source_path} failed (exit status "
                            f"{result.returncode}); the compiler said:\n{result.stderr[-4000:]}")
+
+
+def _compile(function, settings, units, library_path):
+    """Compiles the units (source paths) into library_path: one compile-and-link for one unit, else
+    the units side by side (one process per core) and one link."""
+    temporary = library_path.with_name(f"{library_path.name}.{os.getpid()}.tmp")
+    started = time.perf_counter()
+    try:
+        if len(units) == 1:
+            _run(function, [settings.compiler, *settings.compile_flags, str(units[0]), "-o", str(temporary),
+                            *settings.link_flags], units[0])
+        else:
+            objects = [unit.with_name(f"{unit.name}.{os.getpid()}.o") for unit in units]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
+                compiles = [pool.submit(_run, function, [settings.compiler, *settings.compile_flags, "-c", str(unit),
+                                                         "-o", str(obj)], unit) for unit, obj in zip(units, objects)]
+                for compile in compiles:
+                    compile.result()
+            _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary), *settings.link_flags], units[0])
+            for obj in objects:
+                obj.unlink(missing_ok=True)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     os.replace(temporary, library_path)
     statistics["compiles"] += 1
     statistics["last_compile_seconds"] = time.perf_counter() - started
 
 
-def load(function: str, prefix: str, subdirectory: str, source_for: Callable[[str], str]) -> tuple[str, bool]:
-    """(namespace, loaded now) of the extension whose source is source_for(namespace): compiled
-    into cache_dir()/subdirectory unless it holds it (its name is `prefix`_ and a hash of the source
-    and build_settings().depends), loaded unless this process already did. `function` names the
-    caller in errors. Raises BuildUnavailable."""
+def load(function: str, prefix: str, subdirectory: str, sources_for: Callable[[str], dict]) -> tuple[str, bool]:
+    """(namespace, loaded now) of the extension whose files are sources_for(namespace) (file names,
+    with the namespace in them, to texts: headers and the units to compile): compiled into
+    cache_dir()/subdirectory unless it holds it (its name is `prefix`_ and a hash of the sources and
+    build_settings().depends), loaded unless this process already did. `function` names the caller
+    in errors. Raises BuildUnavailable."""
     settings = build_settings()
-    key = hashlib.sha256((source_for("NAMESPACE") + settings.depends).encode()).hexdigest()
+    key = hashlib.sha256(("".join(f"{name}\n{text}" for name, text in sorted(sources_for("NAMESPACE").items()))
+                          + settings.depends).encode()).hexdigest()
     namespace = f"{prefix}_{key[:20]}"
     if namespace in _loaded:
         return namespace, False
     directory = cache_dir() / subdirectory
     directory.mkdir(parents=True, exist_ok=True)
-    source_path, library_path = directory / f"{namespace}.cpp", directory / f"{namespace}.so"
+    library_path = directory / f"{namespace}.so"
     with open(directory / f"{namespace}.lock", "w") as lock:  # one compile when processes race
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not library_path.is_file():
@@ -206,8 +275,12 @@ def load(function: str, prefix: str, subdirectory: str, source_for: Callable[[st
                               "first use with these versions: tens of seconds; cached in "
                               f"{directory}, so later uses load it); compile=False takes the general path instead",
                               CompilingWarning, stacklevel=4)
-            source_path.write_text(source_for(namespace))
-            _compile(function, settings, source_path, library_path)
+            units = []
+            for name, text in sources_for(namespace).items():
+                (directory / name).write_text(text)
+                if not name.endswith(".hpp"):
+                    units.append(directory / name)
+            _compile(function, settings, units, library_path)
     torch.ops.load_library(str(library_path))
     statistics["loads"] += 1
     _loaded.add(namespace)

@@ -1,6 +1,6 @@
 """What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
-and the general path (functions and cells of your own) and packed sequences (cu_seqlens) on CUDA tensors
-against the CPU.
+the general and the compiled paths (functions and cells of your own; the compiled one's extensions
+compiled by nvcc) and packed sequences (cu_seqlens) on CUDA tensors against the CPU.
 
 conftest.py collects this module only when cuda is among the tested devices.
 """
@@ -84,6 +84,66 @@ def test_user_cell_on_cuda_equals_cpu_in_double():
         assert torch.allclose(h_cuda.cpu(), h, rtol=0, atol=1e-12)
         for a, b in zip(grads_cuda, grads):
             assert torch.allclose(a.cpu(), b, rtol=1e-10, atol=1e-12)
+
+
+# ---- the compiled path (generated extensions, compiled by nvcc) on CUDA tensors ---------------------
+
+def test_the_extensions_of_a_cuda_build_are_cuda_sources():
+    from paraseq import _extension_build
+
+    settings = _extension_build.build_settings()
+    assert settings.cuda and settings.suffix == ".cu"
+    assert any(flag.startswith("-gencode=arch=compute_") for flag in settings.compile_flags)
+
+
+def test_compiled_right_hand_side_on_cuda_equals_the_general_path_in_double():
+    from paraseq import odeint
+    from test_user_functions import VanDerPol
+
+    model = VanDerPol(1.5).cuda()
+    y0 = torch.tensor([[2.0, 0.0], [0.5, -1.0]], dtype=torch.float64, device="cuda", requires_grad=True)
+    t = torch.linspace(0, 2, 5, dtype=torch.float64, device="cuda")
+    results = []
+    for compile in (True, False):
+        y = odeint(model, y0, t, rtol=1e-8, atol=1e-10, compile=compile)
+        assert y.device.type == "cuda"
+        results.append([y.detach()] + list(torch.autograd.grad(y.square().sum(), (y0, model.mu))))
+    for compiled, general in zip(*results):
+        assert torch.allclose(compiled, general, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["auto", "newton", "fused", "sequential"])
+def test_compiled_cells_on_cuda_equal_the_loop_and_the_general_path_in_double(backend):
+    from paraseq import NewtonConfig, newton_apply
+    from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
+
+    for cell_type in (DiagonalCell, TwoSlotCell, DenseGRU):
+        cell, x, h0 = cell_case(cell_type, "cuda")
+        h, stats = newton_apply(cell, x, NewtonConfig(max_iters=30, scan_backend=backend), h0=h0, return_stats=True,
+                                compile=True)
+        general = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, compile=False)
+        assert h.device.type == "cuda" and stats.residual.max() <= 1e-10
+        assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-10
+        inputs = [x, h0] + list(cell.parameters())
+        weight = torch.randn_like(h)
+        for got, wanted in zip(torch.autograd.grad((h * weight).sum(), inputs),
+                               torch.autograd.grad((general * weight).sum(), inputs)):
+            torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
+def test_compiled_cell_on_cuda_under_torch_compile_has_no_graph_break_and_equals_eager():
+    from conftest import graph_break_count
+    from paraseq import compile_safe_config, newton_apply
+    from test_user_functions import DiagonalCell, cell_case
+
+    cell, x, h0 = cell_case(DiagonalCell, "cuda")
+
+    def solve(x, h0):
+        return newton_apply(cell, x, compile_safe_config(30), h0=h0, compile=True)
+
+    assert graph_break_count(solve, x, h0) == 0
+    compiled = torch.compile(solve, fullgraph=True)
+    assert torch.equal(compiled(x, h0), solve(x, h0))
 
 
 # ---- packed sequences (cu_seqlens) on CUDA tensors --------------------------------------------------

@@ -1,6 +1,10 @@
 #pragma once
-// The solves behind the Newton operators for one cell and float type, on every space (see
-// newton_ops.hpp). Included only by the translation units generated from newton_instance.cpp.in.
+// The solves behind the Newton operators for one cell and float type (see newton_ops.hpp):
+// newton_forward and newton_gradients run on the space of the tensors' device, compiling every
+// mode family; newton_forward_on and newton_gradients_on run on a given space and compile the
+// families Modes alone (the generated extensions of cells of your own put each family of a CUDA
+// build in a translation unit of its own: python/paraseq/_compiled_cell.py). Included only by the
+// units generated from newton_instance.cpp.in and by those extensions.
 
 #include "newton_ops.hpp"
 
@@ -9,53 +13,71 @@
 
 namespace paraseq::torch_bridge {
 
+template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>
+void newton_forward_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
+  using Mem = typename Space::memory_space;
+  const bool with_residual = tensors.residual.numel() > 0;
+  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  const auto u_view = as_view<const T, 3, Space>(tensors.u);
+  const auto h_view = as_view<T, 3, Space>(tensors.h);
+  NewtonStats<Mem> stats;
+  NewtonStats<Mem>* stats_ptr = with_residual ? &stats : nullptr;
+  translate_errors([&] {
+    try {
+      if (tensors.h0.defined())
+        newton_solve<Modes>(space, cell, u_view, h_view, config, as_view<const T, 2, Space>(tensors.h0), stats_ptr);
+      else newton_solve<Modes>(space, cell, u_view, h_view, config, ZeroInitialState{}, stats_ptr);
+    } catch (const NewtonDivergenceError& error) {
+      // With the residual asked for, the failed result and its residual are returned (the solver
+      // fills both before it throws) and the caller checks them: paraseq.newton_apply raises
+      // paraseq.NewtonDivergenceError, with the residual, from them. No Python exception type of
+      // a package can cross torch.ops from a library without Python, and parsing the message of
+      // a RuntimeError would break with its wording.
+      TORCH_CHECK(with_residual, op, ": ", error.what(), " (NewtonDivergenceError)");
+    }
+  });
+  if (with_residual) Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
+}
+
+template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>
+void newton_gradients_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
+  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  const auto u_view = as_view<const T, 3, Space>(tensors.u);
+  const auto h_view = as_view<const T, 3, Space>(tensors.h);
+  const auto g_view = as_view<const T, 3, Space>(tensors.grad_h);
+  const auto du_view = as_view<T, 3, Space>(tensors.du);
+  const auto dp_view = as_view<T, 1, Space>(tensors.dparams);
+  const auto dh0_view = as_view<T, 2, Space>(tensors.dh0);
+  translate_errors([&] {
+    if (tensors.h0.defined())
+      newton_backward<Modes>(space, cell, u_view, h_view, g_view, du_view, dp_view, as_view<const T, 2, Space>(tensors.h0),
+                             dh0_view, config);
+    else newton_backward<Modes>(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view, config);
+  });
+}
+
+// The mode a solve of MakeCell's cell on `space` runs (newton.hpp's rule for NewtonMode::automatic),
+// so that a caller can pick the unit that compiled its family. Errors as newton_solve's.
+template <class MakeCell, class T, class Space>
+NewtonMode newton_mode_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
+  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  NewtonMode mode = NewtonMode::automatic;
+  translate_errors([&] {
+    detail::check_newton_config(config);
+    mode = detail::choose_compiled_newton_mode<CompiledNewtonModes::all, decltype(cell), T>(
+        detail::newton_fn, space, config, detail::newton_shape(cell, as_view<const T, 3, Space>(tensors.u)));
+  });
+  return mode;
+}
+
 template <class MakeCell, class T>
 void newton_forward(const char* op, const NewtonTensors& tensors, const NewtonConfig& config) {
-  const bool with_residual = tensors.residual.numel() > 0;
-  with_space(op, tensors.u, [&](const auto& space) {
-    using Space = std::decay_t<decltype(space)>;
-    using Mem = typename Space::memory_space;
-    const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
-    const auto u_view = as_view<const T, 3, Space>(tensors.u);
-    const auto h_view = as_view<T, 3, Space>(tensors.h);
-    NewtonStats<Mem> stats;
-    NewtonStats<Mem>* stats_ptr = with_residual ? &stats : nullptr;
-    translate_errors([&] {
-      try {
-        if (tensors.h0.defined())
-          newton_solve(space, cell, u_view, h_view, config, as_view<const T, 2, Space>(tensors.h0), stats_ptr);
-        else newton_solve(space, cell, u_view, h_view, config, ZeroInitialState{}, stats_ptr);
-      } catch (const NewtonDivergenceError& error) {
-        // With the residual asked for, the failed result and its residual are returned (the solver
-        // fills both before it throws) and the caller checks them: paraseq.newton_apply raises
-        // paraseq.NewtonDivergenceError, with the residual, from them. No Python exception type of
-        // a package can cross torch.ops from a library without Python, and parsing the message of
-        // a RuntimeError would break with its wording.
-        TORCH_CHECK(with_residual, op, ": ", error.what(), " (NewtonDivergenceError)");
-      }
-    });
-    if (with_residual) Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
-  });
+  with_space(op, tensors.u, [&](const auto& space) { newton_forward_on<MakeCell, T>(op, tensors, config, space); });
 }
 
 template <class MakeCell, class T>
 void newton_gradients(const char* op, const NewtonTensors& tensors, const NewtonConfig& config) {
-  with_space(op, tensors.u, [&](const auto& space) {
-    using Space = std::decay_t<decltype(space)>;
-    const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
-    const auto u_view = as_view<const T, 3, Space>(tensors.u);
-    const auto h_view = as_view<const T, 3, Space>(tensors.h);
-    const auto g_view = as_view<const T, 3, Space>(tensors.grad_h);
-    const auto du_view = as_view<T, 3, Space>(tensors.du);
-    const auto dp_view = as_view<T, 1, Space>(tensors.dparams);
-    const auto dh0_view = as_view<T, 2, Space>(tensors.dh0);
-    translate_errors([&] {
-      if (tensors.h0.defined())
-        newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, as_view<const T, 2, Space>(tensors.h0),
-                        dh0_view, config);
-      else newton_backward(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view, config);
-    });
-  });
+  with_space(op, tensors.u, [&](const auto& space) { newton_gradients_on<MakeCell, T>(op, tensors, config, space); });
 }
 
 } // namespace paraseq::torch_bridge

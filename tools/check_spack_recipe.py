@@ -2,8 +2,8 @@
 """Checks paraseq's Spack recipe against the project's CMake options, without Spack.
 
 The recipe is read with ast (Spack is never imported), and the options are read from every
-CMakeLists.txt and CMake module of the source tree: option(), cmake_dependent_option() and
-set(... CACHE ...). The check fails when
+CMakeLists.txt and CMake module of the source tree: option(), cmake_dependent_option(),
+set(... CACHE ...) and paraseq_choice_option() (cmake/paraseqChoiceOption.cmake). The check fails when
   - the recipe does not parse;
   - a variant reaches no CMake option: cmake_args does not map it with self.define_from_variant, and
     no depends_on("<dependency>+<variant>", when="+<variant>") forwards it to a dependency;
@@ -242,7 +242,7 @@ def declared_cmake_options(source_dir):
                 continue
             text = Path(directory, name).read_text(encoding="utf-8", errors="replace")
             for command, arguments in cmake_commands(text):
-                declares = command in ("option", "cmake_dependent_option") or (
+                declares = command in ("option", "cmake_dependent_option", "paraseq_choice_option") or (
                     command == "set" and "CACHE" in arguments[1:]
                 )
                 if declares and arguments and "${" not in arguments[0]:

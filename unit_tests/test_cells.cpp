@@ -1,11 +1,15 @@
-// User cells through the cell concept: an Elman cell with a dense recurrent matrix (the DEER dense
-// path) and its quasi-Newton variant, a block cell with a run-time state size, and the Jacobians
-// of every cell against central finite differences, on every enabled execution space.
+// User cells through the cell concept, on every enabled execution space: the Jacobians of every
+// cell against central finite differences, the built-in cells' float arithmetic, and the newton and
+// sequential modes of an Elman cell with a dense recurrent matrix (the DEER dense path). Its quasi
+// Jacobian: test_cells_quasi.cpp; its fused mode: test_cells_fused.cpp; the block cell's solves:
+// test_cells_block.cpp; the dense limit: test_cells_dense*.cpp. One family of Newton kernels per
+// unit, so that they compile side by side.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include "block_mean_cell.hpp"
 #include "elman_cell.hpp"
 #include "test_support.hpp"
 
@@ -19,48 +23,6 @@ namespace {
 using namespace paraseq;
 using namespace paraseq::test;
 using ::testing::HasSubstr;
-
-// Blocks of three channels coupled through their mean: f_i = tanh(s * sum over the block of h_j + u_i).
-// A run-time state size that must be a multiple of 3; no parameters.
-template <class MemorySpace>
-struct BlockMeanCell {
-  using structure = BlockDiagonal<3>;
-  static constexpr int max_inputs_per_group = 3;
-  static constexpr int max_params_per_group = 1;
-  int n;
-  double s;
-
-  int state_size() const { return n; }
-  int input_size() const { return n; }
-  int param_count() const { return 0; }
-  KOKKOS_FUNCTION int inputs_per_group() const { return 3; }
-  KOKKOS_FUNCTION int params_per_group() const { return 0; }
-  KOKKOS_FUNCTION int input_column(int g, int k) const { return 3 * g + k; }
-  KOKKOS_FUNCTION int param_index(int, int) const { return 0; }
-  void check(const char*) const {}
-
-  template <class Acc>
-  KOKKOS_FUNCTION void step(int, const Acc* h, const Acc* u, Acc* f) const {
-    for (int i = 0; i < 3; ++i) f[i] = Kokkos::tanh(Acc(s) * (h[0] + h[1] + h[2]) + u[i]);
-  }
-  template <class Acc>
-  KOKKOS_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
-    step(g, h, u, f);
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 3; ++j) J[i * 3 + j] = Acc(s) * (Acc(1) - f[i] * f[i]);
-  }
-  template <class Acc>
-  KOKKOS_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du, Acc*) const {
-    Acc f[3];
-    step(g, h, u, f);
-    Acc total = 0;
-    for (int i = 0; i < 3; ++i) {
-      du[i] = mu[i] * (Acc(1) - f[i] * f[i]);
-      total += du[i];
-    }
-    for (int j = 0; j < 3; ++j) dh[j] = Acc(s) * total;
-  }
-};
 
 // The concept accepts the library's and this file's cells and rejects a cell without its vjp (the
 // solver's static_assert then names the missing vjp).
@@ -238,32 +200,6 @@ TYPED_TEST(Cells, ElmanDenseNewtonMatchesSequentialLoop) {
       8, 500);
 }
 
-// Quasi-Newton keeps only diag(J): it still converges, but linearly, so it needs more iterations
-// than the exact dense Newton to reach the same residual.
-TYPED_TEST(Cells, ElmanQuasiNewtonConvergesMoreSlowly) {
-  using Space = TypeParam;
-  const int B = 2, T_steps = 300, N = 6;
-  const auto W = contractive_matrix<Space>(N, 7, 0.6);
-  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N);
-  fill_uniform(u, -0.5, 0.5, 8);
-  const Host3 reference = elman_sequential(as_double2(W), as_double3(u));
-  const ElmanCell<double, typename Space::memory_space> cell{W};
-  NewtonConfig config;
-  config.mode = NewtonMode::newton;
-  config.max_iters = 60;
-  config.residual_atol = 1e-13;
-  NewtonStats<typename Space::memory_space> exact, quasi;
-  constexpr auto modes = CompiledNewtonModes::newton | CompiledNewtonModes::newton_quasi;
-  newton_solve<modes>(Space{}, cell, u, h, config, ZeroInitialState{}, &exact);
-  EXPECT_LE(max_relative_error(h, reference), 1e-11);
-  config.jacobian = NewtonJacobian::quasi;
-  Kokkos::deep_copy(h, NAN);
-  newton_solve<modes>(Space{}, cell, u, h, config, ZeroInitialState{}, &quasi);
-  EXPECT_LE(max_relative_error(h, reference), 1e-11);
-  EXPECT_GT(quasi.iterations, exact.iterations);
-  EXPECT_LT(quasi.iterations, config.max_iters);
-}
-
 TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
   expect_elman_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::newton>(NewtonMode::newton);
 }
@@ -293,37 +229,6 @@ TYPED_TEST(Cells, ACallRunsOnlyTheModesItCompiles) {
   newton_solve<CompiledNewtonModes::sequential>(Space{}, cell, u, h, config, ZeroInitialState{}, &stats);
   EXPECT_EQ(stats.mode, NewtonMode::sequential);
   EXPECT_LE(max_relative_error(h, elman_sequential(as_double2(W), as_double3(u))), 1e-14);
-}
-
-TYPED_TEST(Cells, BlockCellMatchesSequentialLoopAndRejectsStateSizesOffTheBlock) {
-  using Space = TypeParam;
-  const int B = 2, T_steps = 400, N = 9;
-  View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), seq("seq", B, T_steps, N);
-  fill_uniform(u, -1, 1, 21);
-  const BlockMeanCell<typename Space::memory_space> cell{N, 0.25};
-  NewtonConfig config;
-  config.mode = NewtonMode::sequential;
-  newton_solve(Space{}, cell, u, seq, config);
-  // The loop above is the reference only if it is one: check its first step by hand.
-  auto hu = to_host(u);
-  auto hs = to_host(seq);
-  EXPECT_NEAR(hs(0, 0, 4), std::tanh(hu(0, 0, 4)), 1e-15);
-  EXPECT_NEAR(hs(0, 1, 4), std::tanh(0.25 * (hs(0, 0, 3) + hs(0, 0, 4) + hs(0, 0, 5)) + hu(0, 1, 4)), 1e-15);
-  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused}) {
-    config.mode = mode;
-    config.max_iters = 5;
-    newton_solve(Space{}, cell, u, h, config);
-    EXPECT_LE(max_relative_error(h, to_host(seq)), 1e-12);
-  }
-
-  View3<double, Space> u7("u7", B, T_steps, 7), h7("h7", B, T_steps, 7);
-  try {
-    newton_solve(Space{}, BlockMeanCell<typename Space::memory_space>{7, 0.25}, u7, h7);
-    ADD_FAILURE() << "a state size of 7 with blocks of 3 was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("state size 7"));
-    EXPECT_THAT(e.what(), HasSubstr("a multiple of the block size 3"));
-  }
 }
 
 TYPED_TEST(Cells, ElmanWithLargeJacobianRaisesDivergence) {

@@ -1,9 +1,11 @@
 // The ordered linear-recurrence scan against the sequential float64 reference, on every enabled
-// execution space and across the decompositions the planner can choose.
+// execution space and across the decompositions the planner can choose (the block and dense
+// structures: test_linear_scan_structures.cpp).
 
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/sequential_reference.hpp>
 
+#include "linear_scan_checks.hpp"
 #include "test_support.hpp"
 
 #include <gmock/gmock.h>
@@ -21,113 +23,11 @@ template <class Space>
 class LinearScan : public ::testing::Test {};
 TYPED_TEST_SUITE(LinearScan, ExecutionSpaces, SpaceName);
 
-// Decompositions to cover: the automatic plan, the sequential loop, time chunks with one thread per
-// team, windows of several sub-chunks (where the space allows teams of more than one thread), and
-// time chunks found in two passes and in one (chunks of one window, chained by the look-back; with
-// chunks of a few steps, hundreds of chunks in dozens of segments).
-// At most `max_team_chunks` sub-chunks: a Dense map (up to 32 x 33 values, 8.4 KiB in double) per
-// sub-chunk leaves room for 3 in OpenMP's 32 KiB of team scratch.
-template <class Space>
-std::vector<ScanConfig> decompositions(int max_team_chunks = 4) {
-  const int team = std::min(max_team_chunks, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
-                                   KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
-  constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
-  std::vector<ScanConfig> configs{ScanConfig{},          sequential_scan_config, ScanConfig{1, 5, 7, two},
-                                  ScanConfig{1, 3, 2, two}, ScanConfig{1, 5, 7, one}, ScanConfig{1, 64, 2, one}};
-  for (int p = 2; p <= team; p *= 2) {
-    configs.push_back(ScanConfig{p, 3, 1});
-    configs.push_back(ScanConfig{p, 4, 3, two});
-    configs.push_back(ScanConfig{p, 4, 3, one});
-  }
-  if (team >= 3) { // the scan of the sub-chunk maps with a count that is not a power of two
-    configs.push_back(ScanConfig{3, 5, 1});
-    configs.push_back(ScanConfig{3, 2, 4, one});
-  }
-  return configs;
-}
-
-std::string describe(const ScanConfig& c) {
-  return "team_chunks=" + std::to_string(c.team_chunks) + " chunk_length=" + std::to_string(c.chunk_length) +
-         " time_chunks=" + std::to_string(c.time_chunks) + " time_split=" + std::to_string(int(c.time_split));
-}
-
-// Random A with long memory and order-dependent products: (1 - rho) I plus off-diagonal noise,
-// with every row's absolute sum below 1 so the recurrence is contractive.
-template <class View>
-void fill_contractive(const View& A, int group, unsigned seed, double rho = 0.05) {
-  fill_uniform(A, -rho / (2 * group), rho / (2 * group), seed);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, A);
-  auto* data = host.data();
-  const std::size_t block = std::size_t(group) * group;
-  for (std::size_t e = 0; e < host.span(); e += block)
-    for (int i = 0; i < group; ++i) data[e + i * group + i] += 1 - rho;
-  Kokkos::deep_copy(A, host);
-}
-
-template <class Space, class T, class Structure, class AView>
-void expect_matches_reference(Structure structure, const AView& A, int B, int T_steps, int N, double tolerance,
-                              const std::vector<ScanConfig>& configs) {
-  View3<T, Space> b("b", B, T_steps, N), h("h", B, T_steps, N), g("g", B, T_steps, N), lambda("lambda", B, T_steps, N);
-  fill_uniform(b, -1, 1, 11);
-  fill_uniform(g, -1, 1, 12);
-  const auto A_host = to_host(A);
-  const auto h_ref = reference::linear_recurrence(structure, A_host, to_host(b));
-  const auto lambda_ref = reference::adjoint_recurrence(structure, A_host, to_host(g));
-  for (const ScanConfig& config : configs) {
-    SCOPED_TRACE(describe(config));
-    Kokkos::deep_copy(h, T(NAN));
-    linear_scan<double>(Space{}, structure, A, b, h, config);
-    EXPECT_LE(max_relative_error(h, h_ref), tolerance);
-    Kokkos::deep_copy(lambda, T(NAN));
-    linear_scan_reverse<double>(Space{}, structure, A, g, lambda, config);
-    EXPECT_LE(max_relative_error(lambda, lambda_ref), tolerance);
-  }
-}
-
 TYPED_TEST(LinearScan, DiagonalMatchesSequentialReferenceInDouble) {
   using Space = TypeParam;
   View3<double, Space> A("A", 3, 1000, 37);
   fill_uniform(A, 0.97, 1.0, 1);
   expect_matches_reference<Space, double>(Diagonal{}, A, 3, 1000, 37, 1e-12, decompositions<Space>());
-}
-
-TYPED_TEST(LinearScan, BlockDiagonalMatchesSequentialReferenceInDouble) {
-  using Space = TypeParam;
-  View5<double, Space> A2("A2", 2, 777, 5, 2, 2);
-  fill_contractive(A2, 2, 2);
-  expect_matches_reference<Space, double>(BlockDiagonal<2>{}, A2, 2, 777, 10, 1e-12, decompositions<Space>());
-  View5<double, Space> A3("A3", 2, 500, 2, 3, 3);
-  fill_contractive(A3, 3, 3);
-  expect_matches_reference<Space, double>(BlockDiagonal<3>{}, A3, 2, 500, 6, 1e-12, decompositions<Space>());
-  View5<double, Space> A4("A4", 1, 613, 3, 4, 4);
-  fill_contractive(A4, 4, 4);
-  expect_matches_reference<Space, double>(BlockDiagonal<4>{}, A4, 1, 613, 12, 1e-12, decompositions<Space>());
-}
-
-TYPED_TEST(LinearScan, DenseMatchesSequentialReferenceInDouble) {
-  using Space = TypeParam;
-  View4<double, Space> A("A", 2, 300, 8, 8);
-  fill_contractive(A, 8, 5);
-  expect_matches_reference<Space, double>(Dense{}, A, 2, 300, 8, 1e-12, decompositions<Space>(3));
-  View4<double, Space> A32("A32", 1, 64, 32, 32);
-  fill_contractive(A32, 32, 6);
-  expect_matches_reference<Space, double>(Dense{}, A32, 1, 64, 32, 1e-12, {ScanConfig{}, ScanConfig{1, 5, 4}});
-}
-
-// A dense A whose bound is declared smaller than 32: the same recurrence with maps sized for it,
-// and a wider state is an error that names the bound.
-TYPED_TEST(LinearScan, DenseUpToABoundMatchesSequentialReference) {
-  using Space = TypeParam;
-  for (int N : {3, 5}) {
-    SCOPED_TRACE("N=" + std::to_string(N));
-    View4<double, Space> A("A", 2, 200, N, N);
-    fill_contractive(A, N, 20 + N);
-    expect_matches_reference<Space, double>(DenseUpTo<5>{}, A, 2, 200, N, 1e-12, decompositions<Space>(2));
-  }
-  View4<double, Space> A6("A6", 1, 4, 6, 6);
-  View3<double, Space> b6("b6", 1, 4, 6), h6("h6", 1, 4, 6);
-  EXPECT_THAT(thrown_message([&] { linear_scan(Space{}, DenseUpTo<5>{}, A6, b6, h6); }),
-              HasSubstr("a state size N <= 5 for a DenseUpTo<5> A"));
 }
 
 TYPED_TEST(LinearScan, FloatWithContractiveOperatorsMatchesToSinglePrecision) {
@@ -273,16 +173,6 @@ TYPED_TEST(LinearScan, NonFiniteInputsOnlyReachDependentOutputs) {
           ASSERT_EQ(std::isfinite(out(batch, t, n)), !depends) << "batch " << batch << " t " << t << " n " << n;
         }
   }
-}
-
-template <class Fn>
-std::string thrown_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
 }
 
 TYPED_TEST(LinearScan, BadShapesNameTheArgumentAndTheShapes) {

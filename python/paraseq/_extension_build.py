@@ -207,15 +207,23 @@ def build_settings() -> BuildSettings:
     return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp")
 
 
-def require_device(device_type: str, argument: str) -> None:
+class OnRequestOnly(Exception):
+    """The compiled path can run, but compile="auto" does not take it; str() says why."""
+
+
+def require_device(device_type: str, argument: str, compile) -> None:
     """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
-    Kokkos has it."""
+    Kokkos has it; OnRequestOnly on CUDA unless compile is True: there the first use compiles with
+    nvcc for minutes (docs/torch.md), too long to start unasked."""
     if device_type == "cpu":
         return
     cuda = build_settings().cuda
     if device_type != "cuda" or not cuda:
         raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "
                                f"{argument} is on {device_type}")
+    if compile is not True:
+        raise OnRequestOnly(f"{argument} is on CUDA, where its first use compiles the extension with nvcc for "
+                            "minutes; pass compile=True to take it")
 
 
 def _run(function, command, source_path):

@@ -96,6 +96,15 @@ def test_the_extensions_of_a_cuda_build_are_cuda_sources():
     assert any(flag.startswith("-gencode=arch=compute_") for flag in settings.compile_flags)
 
 
+def test_auto_on_cuda_takes_the_general_path_and_says_why():
+    from paraseq import NewtonConfig, newton_apply
+    from test_user_functions import DiagonalCell, cell_case
+
+    cell, x, h0 = cell_case(DiagonalCell, "cuda", T=4)
+    with pytest.warns(UserWarning, match="taken only when asked for: x is on CUDA.*pass compile=True"):
+        newton_apply(cell, x, NewtonConfig(max_iters=4), h0=h0)
+
+
 def test_compiled_right_hand_side_on_cuda_equals_the_general_path_in_double():
     from paraseq import odeint
     from test_user_functions import VanDerPol

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The build cost of a build tree: its Ninja log as a JSON report of units and their times.
 
-    perf_tests/build_cost.py BUILD_DIR [--out REPORT.json] [--machine NAME] [--top 10]
+    perf_tests/build_cost.py BUILD_DIR [--out REPORT.json] [--machine NAME] [--commit SHA] [--top 10]
 
 Reads BUILD_DIR/.ninja_log (the last build of every output; the wall time is meaningful for a
 tree built once, from empty), prints the slowest units and, with
 --out, writes a report: the wall time (first start to last end), the CPU time (the sum over units),
 and every unit with its seconds, slowest first. docs/performance.md ("Build cost") shows the numbers.
+The commit is this checkout's HEAD unless --commit names it (a copy of the tree on another machine
+may carry other git metadata than its sources).
 """
 
 import argparse
@@ -41,17 +43,18 @@ def unit_kind(output):
     return "other"
 
 
-def report(build_dir, machine):
+def report(build_dir, machine, commit=None):
     entries = read_ninja_log(Path(build_dir) / ".ninja_log")
     units = sorted(({"output": output, "seconds": round(end - start, 3), "kind": unit_kind(output)}
                     for output, (start, end) in entries.items()), key=lambda unit: -unit["seconds"])
     starts = [start for start, _ in entries.values()]
     ends = [end for _, end in entries.values()]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    if commit is None:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
     return {
         "machine": machine or platform.node(),
         "date": datetime.date.today().isoformat(),
@@ -69,9 +72,10 @@ def main(argv=None):
     parser.add_argument("build_dir")
     parser.add_argument("--out", help="write the JSON report here")
     parser.add_argument("--machine", help="the machine's name in the report (default: the host name)")
+    parser.add_argument("--commit", help="the sources' commit in the report (default: this checkout's HEAD)")
     parser.add_argument("--top", type=int, default=10, help="how many of the slowest units to print")
     args = parser.parse_args(argv)
-    result = report(args.build_dir, args.machine)
+    result = report(args.build_dir, args.machine, args.commit)
     print(f"build cost of {args.build_dir}: {result['wall_seconds']:.1f} s wall, {result['cpu_seconds']:.1f} s "
           f"of units, {len(result['units'])} units; the {args.top} slowest:")
     for unit in result["units"][:args.top]:

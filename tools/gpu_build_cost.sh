@@ -13,8 +13,9 @@
 # pytest-cuda.log (python/tests/test_cuda.py on those operators), extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile) and bench.json from the target
 # benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
-# benchmark binary built (in the background, after the timed build) and measured in the same run:
-# bench-baseline.json.
+# benchmark binary built (after the tests, which compile extensions with nvcc and must not share
+# the cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
+# the sources' commit in build-cost.json where this copy of the tree has other git metadata.
 set -euo pipefail
 deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
 out=$(realpath -m "${2:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
@@ -59,7 +60,7 @@ ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { gre
 operators=$(date +%s.%N)
 ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
-python3 "$repo/perf_tests/build_cost.py" "$build" --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   --out "$out/build-cost.json" | tee "$out/build-cost.txt"
 python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
 import json, sys
@@ -71,12 +72,6 @@ report["phases"] = {"operator_library_seconds": round(operators - start, 1),
 json.dump(report, open(path, "w"), indent=1)
 print("phases:", report["phases"])
 EOF
-
-if [[ -n $baseline ]]; then # built while the tests run: its build time is not measured
-  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
-    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
-    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc) &
-fi
 
 ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 || true
 tail -n 4 "$out/ctest.log"
@@ -94,8 +89,11 @@ bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
 }
-# Both trees are measured on an idle host: the baseline's build has finished first.
-wait || true
+if [[ -n $baseline ]]; then # its build time is not measured
+  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
+    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
+    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc)
+fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \

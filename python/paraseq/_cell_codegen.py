@@ -26,7 +26,7 @@ index_select each) sums the gradients of elements that several groups read. For 
 block structures the source does not depend on hidden_size: one extension serves every size.
 
 Supported in the recurrence: + - * / neg, ** a constant, exp, log, tanh, sigmoid, sin, cos, sqrt,
-abs, relu, reciprocal; indexing, slicing, reshapes, transposes, stack, cat, unbind; sum and mean
+abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshapes, transposes, stack, cat, unbind; sum and mean
 over any dimensions; matrix products (mm, addmm, mv, addmv, dot, bmm: @, F.linear, torch.matmul);
 zeros_like and the like. The prologue may hold any operation torch.vmap can batch, except random
 ones. Anything else raises Unsupported naming it.
@@ -41,7 +41,8 @@ from typing import NamedTuple
 import torch
 
 from . import _field_codegen
-from ._field_codegen import _MATH_FUNCTIONS, _MOVES, _UNARY, Unsupported, _describe, _literal, _name, _shape
+from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _UNARY, Unsupported, _describe, _literal, _name, _shape, \
+    clamp_bounds, clamp_functions
 
 STRUCTURE_TYPES = {"diag": "paraseq::Diagonal", "block2": "paraseq::BlockDiagonal<2>",
                    "block4": "paraseq::BlockDiagonal<4>"}
@@ -65,7 +66,7 @@ def trace(token, tensors, state_shape, input_size, dtype, x_dtype):
 # A scalar is an index into Recurrence.ops; an operation is a tuple:
 #   ("h", e)  element e of h_prev (flat, per row)   ("u", c), ("p", c)  column c of the prologue's
 #   ("c", value)  a constant                          inputs, of its parameters
-#   ("unary", name, a)  ("add" | "sub" | "mul" | "div", a, b)  ("pow", a, exponent)
+#   ("unary", name or ("clamp", low, high), a)  ("add" | "sub" | "mul" | "div", a, b)  ("pow", a, exponent)
 #   ("dot", bias or None, ((a0, b0), (a1, b1), ...))  bias + a0 b0 + a1 b1 + ...
 #   ("sum", divisor, (t0, t1, ...))                   (t0 + t1 + ...) / divisor
 
@@ -182,6 +183,9 @@ class Recurrence:
             return self.values[args[0]][args[1]]
         if name in _UNARY:
             return self.new(_shape(node), [self.ids(args[0])], lambda a: ("unary", name, a))
+        if name in _CLAMPS:
+            bounds = clamp_bounds(node)
+            return self.new(_shape(node), [self.ids(args[0])], lambda a: ("unary", ("clamp", *bounds), a))
         if name in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
             return self.binary(node, name, args, kwargs)
         if name == "pow" and isinstance(args[0], torch.fx.Node):
@@ -376,10 +380,15 @@ def _adjoint(ref):
         if kind != "c" else None
 
 
+def _unary(function):
+    """(forward, derivative) of a unary operation: a name of _UNARY or ("clamp", low, high)."""
+    return _UNARY[function] if isinstance(function, str) else clamp_functions(*function[1:])
+
+
 def _forward_line(k, op):
     kind, e = op[0], _expression
     if kind == "unary":
-        value = _UNARY[op[1]][0](e(op[2]))
+        value = _unary(op[1])[0](e(op[2]))
     elif kind == "pow":
         value = f"{e(op[1])} * {e(op[1])}" if op[2] == 2 else f"power({e(op[1])}, {op[2]!r})"
     elif kind == "dot":
@@ -399,7 +408,7 @@ def _adjoint_lines(k, op):
     kind, e, g, y = op[0], _expression, f"a_v{k}", f"v{k}"
     terms = []  # (operand reference, expression added to its adjoint)
     if kind == "unary":
-        terms.append((op[2], _UNARY[op[1]][1](e(op[2]), y, g)))
+        terms.append((op[2], _unary(op[1])[1](e(op[2]), y, g)))
     elif kind == "pow":
         c = op[2]
         slope = "S(1)" if c == 1 else f"S(2) * {e(op[1])}" if c == 2 else \

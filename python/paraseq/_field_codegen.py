@@ -9,7 +9,7 @@ compile-time state_size, a templated operator() (so dual numbers work) and a vjp
 graph forward and then backward, operation by operation (reverse mode).
 
 Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
-cos, sqrt, abs, relu, reciprocal; indexing, slicing, reshaping, transposing, stacking and
+cos, sqrt, abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshaping, transposing, stacking and
 concatenating (any operation that only moves elements within a trajectory); sum and mean over the
 last dimensions of a trajectory's value; matrix products whose second factor is not the state's
 (y @ W.T + b, F.linear, torch.matmul); constants and t.
@@ -132,6 +132,41 @@ _UNARY = {  # name: (forward expression of x, derivative times g of x, output y 
     "reciprocal": (lambda x: f"S(1) / {x}", lambda x, y, g: f"-{g} * {y} * {y}"),
 }
 _MATH_FUNCTIONS = ("exp", "log", "tanh", "sin", "cos", "sqrt", "abs")
+_CLAMPS = ("clamp", "clamp_min", "clamp_max")
+
+
+def clamp_bounds(node):
+    """(low, high) of a clamp with constant bounds (clamp, clamp_min, clamp_max; None: no bound).
+    Unsupported for a bound that is a tensor."""
+    name, args, kwargs = _name(node.target), node.args, node.kwargs
+    if name == "clamp":
+        low = args[1] if len(args) > 1 else kwargs.get("min")
+        high = args[2] if len(args) > 2 else kwargs.get("max")
+    else:
+        low, high = (args[1], None) if name == "clamp_min" else (None, args[1])
+    for bound in (low, high):
+        if bound is not None and (not isinstance(bound, (int, float)) or isinstance(bound, bool)):
+            raise Unsupported(f"{_describe(node)} with a bound that is not a constant number")
+    return low, high
+
+
+def clamp_functions(low, high):
+    """(forward, derivative) of a clamp to [low, high], in the form of _UNARY's entries: the
+    derivative is g inside the bounds and at them, 0 outside (torch's)."""
+    tests = [(f"{{}} < {_literal(low)}", _literal(low)) if low is not None else None,
+             (f"{{}} > {_literal(high)}", _literal(high)) if high is not None else None]
+    tests = [test for test in tests if test]
+
+    def forward(x):
+        value = x
+        for test, bound in reversed(tests):  # the low bound wins where they cross, as in torch
+            value = f"({test.format(x)} ? {bound} : {value})"
+        return value
+
+    def derivative(x, y, g):
+        return f"({' || '.join(test.format(x) for test, _ in tests) or 'false'} ? S(0) : {g})"
+
+    return forward, derivative
 # x^c for a constant c on numbers and on dual numbers (whose pow takes the exponent in their value
 # type); emitted before the field.
 POWER = """template <class S>
@@ -520,8 +555,8 @@ class FieldGenerator:
     def call(self, node):
         name = _name(node.target)
         args, kwargs = node.args, node.kwargs
-        if name in _UNARY:
-            forward, derivative = _UNARY[name]
+        if name in _UNARY or name in _CLAMPS:
+            forward, derivative = _UNARY[name] if name in _UNARY else clamp_functions(*clamp_bounds(node))
             self.math.update(f for f in _MATH_FUNCTIONS if f + "(" in forward("x") + derivative("x", "y", "g"))
             return self.elementwise(node, [self.operand(args[0])], forward,
                                     [lambda r, o, g, d=derivative: d(r[0], o, g)])

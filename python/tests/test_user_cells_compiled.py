@@ -290,6 +290,30 @@ def test_a_compile_is_announced_once_and_a_cached_use_is_silent(tmp_path, monkey
     torch.testing.assert_close(h, cell_loop(cell, x, h0), rtol=0, atol=1e-12)
 
 
+class ClampedCell(DiagonalCell):
+    """A recurrence through clamps with constant bounds (both, and each alone)."""
+
+    def step(self, h, x):
+        pre = self.decay * h + self.input_map(x)
+        return 0.5 * torch.clamp(pre, -0.3, 0.4) + 0.3 * pre.clamp(min=-0.2) + 0.2 * torch.clamp(h, max=0.1)
+
+
+def test_clamps_in_the_recurrence_equal_the_loop_and_the_general_paths_gradients():
+    cell, x, h0 = cell_case(ClampedCell, "cpu")
+    with torch.no_grad():  # inputs wide enough that every clamp is active somewhere
+        x.mul_(4)
+    h = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    expected = cell_loop(cell, x, h0)
+    general = newton_apply(cell, x, CONVERGED, h0=h0, compile=False)
+    assert (h - expected).abs().max() <= 1e-12
+    pre = (cell.decay * expected.roll(1, 1) + cell.input_map(x))[:, 1:]
+    assert (pre < -0.3).any() and (pre > 0.4).any() and (expected < 0.1).any() and (expected > 0.1).any()
+    weight = torch.randn_like(expected)
+    inputs = [x, h0] + list(cell.parameters())
+    for got, wanted in zip(gradients(h, inputs, weight), gradients(general, inputs, weight)):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
 # ---- errors --------------------------------------------------------------------------------------
 
 def test_a_declared_structure_that_the_step_does_not_have_is_refused_exactly():

@@ -148,6 +148,21 @@ def test_a_closure_mlp_with_fixed_steps_equals_the_general_path_and_the_rk4_loop
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
 
 
+def test_a_clamped_right_hand_side_equals_the_general_path_and_its_gradients():
+    def saturating(t, y):
+        return torch.clamp(2.0 * y, -1.0, 0.5) - y.clamp(max=0.3)
+
+    y0 = torch.tensor([[2.0, -2.0, 0.2], [0.4, -0.6, 1.5]], dtype=DOUBLE, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=DOUBLE)
+    compiled = odeint(saturating, y0, t, method="rk4", step_size=0.05, compile=True)
+    general = odeint(saturating, y0, t, method="rk4", step_size=0.05, compile=False)
+    torch.testing.assert_close(compiled, general, rtol=0, atol=1e-13)
+    weight = torch.randn_like(compiled)
+    for a, b in zip(torch.autograd.grad((compiled * weight).sum(), y0),
+                    torch.autograd.grad((general * weight).sum(), y0)):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+
+
 def test_a_second_use_hits_the_cache_in_this_process_and_in_a_new_one(van_der_pol):
     model, y0 = van_der_pol
     compiles, loads = _extension_build.statistics["compiles"], _extension_build.statistics["loads"]

@@ -12,9 +12,10 @@
 # (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log,
 # pytest-cuda.log (python/tests/test_cuda.py on those operators), extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile) and bench.json from the target
-# benchmarks. BASELINE_TAR, a `git archive` of an earlier commit, has its
-# benchmark binary built (after the tests, which compile extensions with nvcc and must not share
-# the cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
+# benchmarks, in that order: what needs an idle host (the build, the extension compile's timing, the
+# benchmarks) comes before the Python tests, which may run into their time limit. BASELINE_TAR, a
+# `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
+# cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
 # the sources' commit in build-cost.json where this copy of the tree has other git metadata.
 set -euo pipefail
 deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
@@ -75,10 +76,6 @@ EOF
 
 ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 || true
 tail -n 4 "$out/ctest.log"
-# The Python package's CUDA tests on the operators just built.
-PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
-  timeout 600 python3 -m pytest -q -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
-tail -n 3 "$out/pytest-cuda.log"
 
 # The target benchmarks of docs/performance.md: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
@@ -89,11 +86,6 @@ bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
 }
-if [[ -n $baseline ]]; then # its build time is not measured
-  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
-    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
-    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc)
-fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
@@ -101,7 +93,14 @@ PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH
   >"$out/extension-compile.log" 2>&1 || true
 tail -n 3 "$out/extension-compile.log"
 bench "$build" "$out/bench.json"
-if [[ -n $baseline ]]; then
+# The Python package's CUDA tests on the operators just built.
+PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
+  timeout 600 python3 -m pytest -v -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+tail -n 3 "$out/pytest-cuda.log"
+if [[ -n $baseline ]]; then # its build time is not measured
+  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
+    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
+    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc)
   if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
     bench /tmp/build-baseline "$out/bench-baseline.json"
   else

@@ -170,7 +170,7 @@ _extensions: dict = {}  # namespace -> Extension, loaded in this process
 def extension(token, tensors, n, dtype, method, one_trajectory):
     """The Extension of func (traced now) for n, the compute type and method; compiles it
     unless the cache holds it. Raises _field_codegen.Unsupported or BuildUnavailable."""
-    graph = _field_codegen.trace(token, tensors, n, dtype, "cpu", one_trajectory)
+    graph = _field_codegen.trace(token, tensors, n, dtype, one_trajectory)
     field, used, _ = _field_codegen.generate(graph, n, one_trajectory, [tuple(x.shape) for x in tensors])
     for index in used:
         if tensors[index].dtype != dtype:

@@ -213,17 +213,17 @@ class OnRequestOnly(Exception):
 
 def require_device(device_type: str, argument: str, compile) -> None:
     """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
-    Kokkos has it; OnRequestOnly on CUDA unless compile is True: there the first use compiles with
-    nvcc for minutes (docs/torch.md), too long to start unasked."""
-    if device_type == "cpu":
-        return
+    Kokkos has it; OnRequestOnly where Kokkos has CUDA unless compile is True: every extension of
+    such a build, also one for CPU tensors, is compiled by nvcc, whose first use takes minutes
+    (docs/torch.md), too long to start unasked."""
     cuda = build_settings().cuda
-    if device_type != "cuda" or not cuda:
+    if device_type not in ("cpu", "cuda") or (device_type == "cuda" and not cuda):
         raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "
                                f"{argument} is on {device_type}")
-    if compile is not True:
-        raise OnRequestOnly(f"{argument} is on CUDA, where its first use compiles the extension with nvcc for "
-                            "minutes; pass compile=True to take it")
+    if cuda and compile is not True:
+        raise OnRequestOnly(f"{argument} is on {device_type.upper() if device_type == 'cuda' else 'the CPU'} with a "
+                            "CUDA build of paraseq, whose extensions nvcc compiles for minutes on first use; pass "
+                            "compile=True to take it")
 
 
 def _run(function, command, source_path):

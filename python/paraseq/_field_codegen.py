@@ -36,10 +36,10 @@ class Unsupported(Exception):
 
 # ---- tracing ---------------------------------------------------------------------------------------
 
-def trace(token, tensors, n, dtype, device, one_trajectory):
+def trace(token, tensors, n, dtype, one_trajectory):
     """func's graph (torch.fx.GraphModule) of (t, y, *tensors) on fake tensors."""
-    y = torch.zeros((n,) if one_trajectory else (TRACE_BATCH, n), dtype=dtype, device=device)
-    t = torch.zeros(() if one_trajectory else (TRACE_BATCH, 1), dtype=dtype, device=device)
+    y = torch.zeros((n,) if one_trajectory else (TRACE_BATCH, n), dtype=dtype)
+    t = torch.zeros(() if one_trajectory else (TRACE_BATCH, 1), dtype=dtype)
     return trace_call(token, (t, y), tensors, "a use of the state's values in Python (a data-dependent branch, "
                                               ".item() or a conversion to a Python number")
 
@@ -53,9 +53,12 @@ def trace_call(token, arguments, tensors, failure):
     def pure(first, second, *tensors):
         return _user_function.call_with(entry, first, second, list(tensors))
 
+    # The graph does not depend on the device: it is traced on the CPU, with CPU stand-ins for tensors
+    # that live elsewhere (fake tensors hold no data, so nothing is copied from the device).
+    stand_ins = [torch.empty(x.shape, dtype=x.dtype) for x in tensors]
     try:  # outside torch.compile's tracing context, whose fake mode would make the sizes symbolic
         with torch.no_grad(), torch._guards.tracing(None):
-            return make_fx(pure, tracing_mode="fake")(*arguments, *[x.detach() for x in tensors])
+            return make_fx(pure, tracing_mode="fake")(*arguments, *stand_ins)
     except Exception as error:  # data-dependent Python control flow or values: fake tensors have no data
         raise Unsupported(f"{failure}: {type(error).__name__}: {str(error).splitlines()[0]})") from None
 

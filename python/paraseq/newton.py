@@ -511,8 +511,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         as C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq)
         when it supports every operation of step's recurrence, the state is float32 or float64 on
         the CPU, autocast is off and a C++ compiler is there, else the general path with a warning
-        naming why; True the compiled path or NotImplementedError naming why (on CUDA, with a CUDA
-        build of paraseq, only True takes it: its first use compiles with nvcc for minutes); False
+        naming why; True the compiled path or NotImplementedError naming why (with a CUDA build of
+        paraseq only True takes it, on the CPU and on CUDA: nvcc compiles its first use for minutes); False
         the general path. With ``process_group`` the solve is the general path ("auto"; True raises). The
         built-in cells always run their operators ("auto" or True).
     cu_seqlens : torch.Tensor, optional

@@ -75,11 +75,11 @@ def test_user_cell_on_cuda_equals_cpu_in_double():
 
     for cell_type in (DenseGRU, TwoSlotCell):
         cell, x, h0 = cell_case(cell_type, "cpu")
-        h = newton_apply(cell, x, NewtonConfig(max_iters=8), h0=h0)
+        h = newton_apply(cell, x, NewtonConfig(max_iters=8), h0=h0, compile=False)
         grads = torch.autograd.grad(h.square().sum(), [x, h0] + list(cell.parameters()))
         cell_cuda = cell.cuda()
         x_cuda, h0_cuda = x.detach().cuda().requires_grad_(), h0.detach().cuda().requires_grad_()
-        h_cuda = newton_apply(cell_cuda, x_cuda, NewtonConfig(max_iters=8), h0=h0_cuda)
+        h_cuda = newton_apply(cell_cuda, x_cuda, NewtonConfig(max_iters=8), h0=h0_cuda, compile=False)
         grads_cuda = torch.autograd.grad(h_cuda.square().sum(), [x_cuda, h0_cuda] + list(cell_cuda.parameters()))
         assert torch.allclose(h_cuda.cpu(), h, rtol=0, atol=1e-12)
         for a, b in zip(grads_cuda, grads):
@@ -96,13 +96,19 @@ def test_the_extensions_of_a_cuda_build_are_cuda_sources():
     assert any(flag.startswith("-gencode=arch=compute_") for flag in settings.compile_flags)
 
 
-def test_auto_on_cuda_takes_the_general_path_and_says_why():
-    from paraseq import NewtonConfig, newton_apply
-    from test_user_functions import DiagonalCell, cell_case
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_auto_in_a_cuda_build_takes_the_general_path_and_says_why(device):
+    from paraseq import NewtonConfig, newton_apply, odeint
+    from test_user_functions import DiagonalCell, VanDerPol, cell_case
 
-    cell, x, h0 = cell_case(DiagonalCell, "cuda", T=4)
-    with pytest.warns(UserWarning, match="taken only when asked for: x is on CUDA.*pass compile=True"):
+    cell, x, h0 = cell_case(DiagonalCell, device, T=4)
+    where = "CUDA" if device == "cuda" else "the CPU"
+    with pytest.warns(UserWarning, match=f"taken only when asked for: x is on {where} with a CUDA build.*"
+                                         "pass compile=True"):
         newton_apply(cell, x, NewtonConfig(max_iters=4), h0=h0)
+    y0 = torch.tensor([[2.0, 0.0]], dtype=torch.float64, device=device)
+    with pytest.warns(UserWarning, match=f"taken only when asked for: y0 is on {where} with a CUDA build"):
+        odeint(VanDerPol(1.5).to(device), y0, torch.linspace(0, 1, 3, dtype=torch.float64, device=device))
 
 
 def test_compiled_right_hand_side_on_cuda_equals_the_general_path_in_double():

@@ -1,9 +1,10 @@
 // User cells through the cell concept, on every enabled execution space: the Jacobians of every
 // cell against central finite differences, the built-in cells' float arithmetic, and the newton and
-// sequential modes of an Elman cell with a dense recurrent matrix (the DEER dense path). Its quasi
-// Jacobian: test_cells_quasi.cpp; its fused mode: test_cells_fused.cpp; the block cell's solves:
-// test_cells_block.cpp; the dense limit: test_cells_dense*.cpp. One family of Newton kernels per
-// unit, so that they compile side by side.
+// sequential modes of an Elman cell with a dense recurrent matrix (the DEER dense path). Its
+// gradients: test_cells_gradients.cpp; its quasi Jacobian: test_cells_quasi.cpp; its fused mode:
+// test_cells_fused*.cpp; the block cell's solves: test_cells_block.cpp; the dense limit:
+// test_cells_dense*.cpp. One family of Newton kernels (and one direction) per unit, so that they
+// compile side by side.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -198,10 +199,6 @@ TYPED_TEST(Cells, FloatCellsMatchTheirEquationsInDouble) {
 TYPED_TEST(Cells, ElmanDenseNewtonMatchesSequentialLoop) {
   expect_elman_solve_matches_sequential_loop<TypeParam, 9, CompiledNewtonModes::newton | CompiledNewtonModes::sequential>(
       8, 500);
-}
-
-TYPED_TEST(Cells, ElmanGradientsMatchFiniteDifferences) {
-  expect_elman_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::newton>(NewtonMode::newton);
 }
 
 // A call names the modes it compiles: another mode is an error that names them, and the automatic

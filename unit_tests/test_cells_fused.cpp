@@ -1,5 +1,6 @@
-// The fused mode of the Elman cell (test_cells.cpp has its other modes): a translation unit of its
-// own, so that the fused kernels of a dense user cell compile beside the scans, not after them.
+// The fused mode of the Elman cell (test_cells.cpp has its other modes, test_cells_fused_gradients.cpp
+// its adjoint): a translation unit of its own, so that the fused kernels of a dense user cell compile
+// beside the scans, not after them.
 
 #include "elman_cell.hpp"
 #include "test_support.hpp"
@@ -15,11 +16,6 @@ TYPED_TEST_SUITE(FusedCells, ExecutionSpaces, SpaceName);
 
 TYPED_TEST(FusedCells, ElmanDenseFusedMatchesSequentialLoop) {
   expect_elman_solve_matches_sequential_loop<TypeParam, 9, CompiledNewtonModes::fused>(8, 500);
-}
-
-// The dense adjoint of the fused kernel: maps of N x N, no cached Jacobians.
-TYPED_TEST(FusedCells, ElmanFusedGradientsMatchFiniteDifferences) {
-  expect_elman_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::fused>(NewtonMode::fused);
 }
 
 } // namespace

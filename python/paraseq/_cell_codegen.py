@@ -41,8 +41,8 @@ from typing import NamedTuple
 import torch
 
 from . import _field_codegen
-from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _SELECTIONS, _UNARY, Unsupported, _describe, _is_boolean, \
-    _literal, _name, _shape, clamp_bounds, clamp_functions, selection
+from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _SELECTIONS, _UNARY, Unsupported, _describe, \
+    _is_boolean, _literal, _name, _shape, check_precision, clamp_bounds, clamp_functions, selection
 
 STRUCTURE_TYPES = {"diag": "paraseq::Diagonal", "block2": "paraseq::BlockDiagonal<2>",
                    "block4": "paraseq::BlockDiagonal<4>"}
@@ -157,7 +157,7 @@ class Recurrence:
         origin = "x" if kind == "u" else "the cell's tensors"
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"a value of type {type(value).__name__} computed from {origin} ({_describe(node)})")
-        if value.dtype not in (self.dtype, torch.bool):  # the prologue gives bools as numbers: 1 or 0
+        if not _widens_exactly(value.dtype, self.dtype):
             raise Unsupported(f"a value of dtype {value.dtype} computed from {origin} ({_describe(node)}) in a "
                               f"step of a state of dtype {self.dtype} (give the cell's tensors and x the state's "
                               "dtype)")
@@ -199,6 +199,7 @@ class Recurrence:
     def call(self, node):
         name = _name(node.target)
         args, kwargs = node.args, node.kwargs
+        check_precision(node, self.dtype)
         schema = getattr(node.target, "_schema", None)
         if schema is not None and schema.is_mutable and isinstance(args[0], torch.fx.Node) and len(args[0].users) > 1:
             raise Unsupported(f"{_describe(node)}, an in-place operation on a value that is used elsewhere")
@@ -238,6 +239,7 @@ class Recurrence:
                 value = args[2] if name == "new_full" else args[1] if name == "full_like" else None
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise Unsupported(f"{_describe(node)} without a constant number to fill")
+            value = torch.tensor(value, dtype=node.meta["val"].dtype).item()  # in torch's dtype
             return torch.full(_shape(node), self.literal(value), dtype=torch.int64)
         raise Unsupported(_describe(node))
 
@@ -556,9 +558,15 @@ struct UserCell {{
 
 # ---- the prologue ----------------------------------------------------------------------------------
 
+def _widens_exactly(dtype, state_dtype):
+    """Whether values of `dtype` are exactly values of the state's dtype (bools: 1 or 0)."""
+    return dtype == torch.bool or (dtype.is_floating_point and torch.promote_types(dtype, state_dtype) == state_dtype)
+
+
 def _subgraph(graph_module, inputs, outputs, dtype):
     """A GraphModule of the nodes of graph_module that `outputs` need, taking `inputs`
-    (placeholders) in order and returning the tuple of `outputs`, bools as numbers of `dtype`."""
+    (placeholders) in order and returning the tuple of `outputs` in `dtype` (bools as 1 or 0,
+    narrower floating dtypes exactly)."""
     needed, stack = set(), list(outputs)
     while stack:
         node = stack.pop()
@@ -571,9 +579,9 @@ def _subgraph(graph_module, inputs, outputs, dtype):
     for node in graph_module.graph.nodes:
         if node in needed and node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
-    as_numbers = lambda node: graph.call_function(torch.ops.aten._to_copy.default, (env[node],), {"dtype": dtype}) \
-        if _is_boolean(node) else env[node]
-    graph.output(tuple(as_numbers(node) for node in outputs))
+    converted = lambda node: graph.call_function(torch.ops.aten._to_copy.default, (env[node],), {"dtype": dtype}) \
+        if node.meta["val"].dtype != dtype else env[node]
+    graph.output(tuple(converted(node) for node in outputs))
     return torch.fx.GraphModule(graph_module, graph)
 
 

@@ -173,7 +173,7 @@ _SELECTIONS = {
                 (lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} > {r[1]} ? S(0) : {g})"),
                  lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} < {r[1]} ? S(0) : {g})"))),
     # clamp(x, low, high) to tensors: high where low > high; a NaN anywhere gives NaN
-    "clamp": ("nnn", "n", lambda x, low, high: f"minimum(maximum({x}, {low}), {high})",
+    "clamp_to_tensors": ("nnn", "n", lambda x, low, high: f"minimum(maximum({x}, {low}), {high})",
               (lambda r, y, g: f"(({r[0]} < {r[1]} || {r[0]} > {r[2]}) ? S(0) : " + _half_at(
                   f"({r[1]} < {r[2]} && (equal({r[0]}, {r[1]}) || equal({r[0]}, {r[2]})))", g, g) + ")",
                lambda r, y, g: f"(({r[1]} <= {r[2]} && {r[0]} < {r[1]}) ? {g} : " + _half_at(
@@ -201,7 +201,7 @@ def selection(node):
         low, high = _clamp_arguments(node)
         if low is None or high is None:  # torch's derivatives of these are maximum's and minimum's
             return ("minimum", (args[0], high)) if low is None else ("maximum", (args[0], low))
-        return "clamp", (args[0], low, high)
+        return "clamp_to_tensors", (args[0], low, high)
     if name == "masked_fill":
         return "where", (args[1], args[2], args[0])
     if name in _BITWISE:
@@ -274,6 +274,31 @@ _MOVES = {"select", "slice", "unsqueeze", "squeeze", "squeeze_", "view", "_unsaf
           "detach", "contiguous", "flatten", "unflatten", "narrow", "split", "split_with_sizes", "chunk",
           "movedim", "repeat", "flip"}
 _PRODUCTS = {"mm", "addmm", "mv", "dot"}
+# Operations that select or place values, whose results are the same computed in any floating
+# dtype at least as wide as torch's (the others are refused in another dtype: check_precision).
+_EXACT_IN_ANY_DTYPE = _MOVES | {"getitem", "where", "masked_fill", "maximum", "minimum", "zeros_like", "ones_like",
+                                "full_like", "scalar_tensor", "full", "zeros", "ones", "new_zeros", "new_ones",
+                                "new_full", "_to_copy", "to"}
+
+
+def check_precision(node, dtype):
+    """Refuses an operation that torch computes in a floating dtype other than the state's `dtype`
+    (the generated code computes everything in the state's): a comparison in the dtype of its
+    operands, anything else in its result's; those that only select values are exact in any."""
+    name, value = _name(node.target), node.meta.get("val")
+    if name in _EXACT_IN_ANY_DTYPE or (name in _CLAMPS and node.target._overloadname == "Tensor") or \
+            not isinstance(value, torch.Tensor):
+        return
+    dtypes = [value.dtype] if value.dtype != torch.bool else \
+        [arg.meta["val"].dtype for arg in node.all_input_nodes if isinstance(arg.meta.get("val"), torch.Tensor)]
+    floating = [d for d in dtypes if d.is_floating_point]
+    computing = floating[0] if floating else None
+    for other in floating[1:]:
+        computing = torch.promote_types(computing, other)
+    if computing is not None and computing != dtype:
+        raise Unsupported(f"{_describe(node)} computed in dtype {computing} in a function of a state of dtype {dtype} "
+                          "(torch.where of two numbers gives the default dtype: write one of them as a tensor of "
+                          "the state's dtype)")
 
 
 def _name(target):
@@ -662,6 +687,7 @@ class FieldGenerator:
     def call(self, node):
         name = _name(node.target)
         args, kwargs = node.args, node.kwargs
+        check_precision(node, self.dtype)
         found = selection(node)
         if found is not None:
             kinds, result, forward, derivatives = _SELECTIONS[found[0]]
@@ -724,10 +750,9 @@ def _fill(node, shape):
     value = {"zeros_like": 0, "ones_like": 1, "zeros": 0, "ones": 1}.get(name)
     if value is None:
         value = node.args[1] if name in ("full_like", "full") else node.args[0]
-    boolean = _is_boolean(node)
-    if not isinstance(value, (int, float)) or (isinstance(value, bool) and not boolean):
+    if not isinstance(value, (int, float)) or (isinstance(value, bool) and not _is_boolean(node)):
         raise Unsupported(_describe(node) + " with a value that is not a constant number")
-    return torch.full(shape, bool(value)) if boolean else torch.full(shape, float(value))
+    return torch.full(shape, value, dtype=node.meta["val"].dtype)  # the value in torch's dtype
 
 
 def _depends_on(node, leaves):

@@ -26,10 +26,12 @@ index_select each) sums the gradients of elements that several groups read. For 
 block structures the source does not depend on hidden_size: one extension serves every size.
 
 Supported in the recurrence: + - * / neg, ** a constant, exp, log, tanh, sigmoid, sin, cos, sqrt,
-abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshapes, transposes, stack, cat, unbind; sum and mean
-over any dimensions; matrix products (mm, addmm, mv, addmv, dot, bmm: @, F.linear, torch.matmul);
-zeros_like and the like. The prologue may hold any operation torch.vmap can batch, except random
-ones. Anything else raises Unsupported naming it.
+abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not (their scalars
+are bools), maximum, minimum, clamp to numbers or tensors; indexing, slicing, reshapes, transposes,
+stack, cat, unbind; sum and mean over any dimensions; matrix products (mm, addmm, mv, addmv, dot,
+bmm: @, F.linear, torch.matmul); zeros_like and the like. The prologue may hold any operation
+torch.vmap can batch, except random ones; it gives booleans (a condition on x alone) as 1 or 0.
+Anything else raises Unsupported naming it.
 """
 
 from __future__ import annotations

@@ -9,12 +9,14 @@ compile-time state_size, a templated operator() (so dual numbers work) and a vjp
 graph forward and then backward, operation by operation (reverse mode).
 
 Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
-cos, sqrt, abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshaping, transposing, stacking and
-concatenating (any operation that only moves elements within a trajectory); sum and mean over the
-last dimensions of a trajectory's value; matrix products whose second factor is not the state's
-(y @ W.T + b, F.linear, torch.matmul); constants and t.
-Anything else (torch.sort, comparisons, where, a branch on the data, an operation that mixes
-trajectories) raises Unsupported naming it.
+cos, sqrt, abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not
+(booleans are values of their own kind: bool, no adjoint), maximum, minimum, clamp to numbers or
+to tensors; indexing, slicing, reshaping, transposing, stacking and concatenating (any operation
+that only moves elements within a trajectory); sum and mean over the last dimensions of a
+trajectory's value; matrix products whose second factor is not the state's (y @ W.T + b,
+F.linear, torch.matmul); constants and t. Anything else (torch.sort, a branch on the data, an
+operation that mixes trajectories, arithmetic that torch computes in another dtype) raises
+Unsupported naming it.
 """
 
 from __future__ import annotations
@@ -158,6 +160,21 @@ def _half_at(tie, g, otherwise):
     return f"({tie} ? {g} / S(2) : {otherwise})"
 
 
+def _clamp_derivative(x, low, high, g, to):
+    """torch's derivative of clamp(x, low, high) to tensors (high where low > high), times g, to
+    x, low or high: x's inside [low, high] (and where x is NaN), a bound's where it is the result,
+    halved between x and the bound where they tie and low < high."""
+    ordered = f"{low} < {high}"
+    if to == "x":
+        return f"(({x} < {low} || {x} > {high}) ? S(0) : " + \
+            _half_at(f"({ordered} && (equal({x}, {low}) || equal({x}, {high})))", g, g) + ")"
+    if to == "low":
+        return f"(({low} <= {high} && {x} < {low}) ? {g} : " + \
+            _half_at(f"({ordered} && equal({x}, {low}))", g, "S(0)") + ")"
+    return f"(({low} > {high} || ({low} <= {high} && {x} > {high})) ? {g} : " + \
+        _half_at(f"({ordered} && equal({x}, {high}))", g, "S(0)") + ")"
+
+
 # Elementwise operations of several operands, of numbers ("n") and booleans ("b"): name: (the
 # operands' kinds, the result's kind, forward of the operands' expressions, each operand's
 # derivative times g of (the operands' expressions r, the result y, g), or None: none). The
@@ -172,14 +189,8 @@ _SELECTIONS = {
     "minimum": ("nn", "n", lambda a, b: f"minimum({a}, {b})",
                 (lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} > {r[1]} ? S(0) : {g})"),
                  lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} < {r[1]} ? S(0) : {g})"))),
-    # clamp(x, low, high) to tensors: high where low > high; a NaN anywhere gives NaN
     "clamp_to_tensors": ("nnn", "n", lambda x, low, high: f"minimum(maximum({x}, {low}), {high})",
-              (lambda r, y, g: f"(({r[0]} < {r[1]} || {r[0]} > {r[2]}) ? S(0) : " + _half_at(
-                  f"({r[1]} < {r[2]} && (equal({r[0]}, {r[1]}) || equal({r[0]}, {r[2]})))", g, g) + ")",
-               lambda r, y, g: f"(({r[1]} <= {r[2]} && {r[0]} < {r[1]}) ? {g} : " + _half_at(
-                  f"({r[1]} < {r[2]} && equal({r[0]}, {r[1]}))", g, "S(0)") + ")",
-               lambda r, y, g: f"(({r[1]} > {r[2]} || ({r[1]} <= {r[2]} && {r[0]} > {r[2]})) ? {g} : " + _half_at(
-                  f"({r[1]} < {r[2]} && equal({r[0]}, {r[2]}))", g, "S(0)") + ")")),
+                         tuple(lambda r, y, g, to=to: _clamp_derivative(*r, g, to) for to in ("x", "low", "high"))),
     **{name: ("nn", "b", lambda a, b, o=symbol: f"({a} {o} {b})", (None, None))
        for name, symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
     "eq": ("nn", "b", lambda a, b: f"equal({a}, {b})", (None, None)),
@@ -197,7 +208,7 @@ def selection(node):
     """(name in _SELECTIONS, operands: graph nodes or numbers) of a node that is one of them (also
     a clamp to tensors, masked_fill and & | ^ ~ of booleans), or None."""
     name, args, kwargs = _name(node.target), node.args, node.kwargs
-    if name in _CLAMPS and getattr(node.target, "_overloadname", "") == "Tensor":
+    if _clamps_to_tensors(node):
         low, high = _clamp_arguments(node)
         if low is None or high is None:  # torch's derivatives of these are maximum's and minimum's
             return ("minimum", (args[0], high)) if low is None else ("maximum", (args[0], low))
@@ -214,6 +225,10 @@ def selection(node):
     if len(args) != count or kwargs:
         raise Unsupported(f"{_describe(node)} with arguments {list(args)} and {dict(kwargs)}")
     return name, tuple(args)
+
+
+def _clamps_to_tensors(node):
+    return _name(node.target) in _CLAMPS and getattr(node.target, "_overloadname", "") == "Tensor"
 
 
 def _clamp_arguments(node):
@@ -286,8 +301,7 @@ def check_precision(node, dtype):
     (the generated code computes everything in the state's): a comparison in the dtype of its
     operands, anything else in its result's; those that only select values are exact in any."""
     name, value = _name(node.target), node.meta.get("val")
-    if name in _EXACT_IN_ANY_DTYPE or (name in _CLAMPS and node.target._overloadname == "Tensor") or \
-            not isinstance(value, torch.Tensor):
+    if name in _EXACT_IN_ANY_DTYPE or _clamps_to_tensors(node) or not isinstance(value, torch.Tensor):
         return
     dtypes = [value.dtype] if value.dtype != torch.bool else \
         [arg.meta["val"].dtype for arg in node.all_input_nodes if isinstance(arg.meta.get("val"), torch.Tensor)]

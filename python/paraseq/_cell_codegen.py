@@ -26,10 +26,12 @@ index_select each) sums the gradients of elements that several groups read. For 
 block structures the source does not depend on hidden_size: one extension serves every size.
 
 Supported in the recurrence: + - * / neg, ** a constant, exp, log, tanh, sigmoid, sin, cos, sqrt,
-abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshapes, transposes, stack, cat, unbind; sum and mean
-over any dimensions; matrix products (mm, addmm, mv, addmv, dot, bmm: @, F.linear, torch.matmul);
-zeros_like and the like. The prologue may hold any operation torch.vmap can batch, except random
-ones. Anything else raises Unsupported naming it.
+abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not (their scalars
+are bools), maximum, minimum, clamp to numbers or tensors; indexing, slicing, reshapes, transposes,
+stack, cat, unbind; sum and mean over any dimensions; matrix products (mm, addmm, mv, addmv, dot,
+bmm: @, F.linear, torch.matmul); zeros_like and the like. The prologue may hold any operation
+torch.vmap can batch, except random ones; it gives booleans (a condition on x alone) as 1 or 0.
+Anything else raises Unsupported naming it.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from typing import NamedTuple
 import torch
 
 from . import _field_codegen
-from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _UNARY, Unsupported, _describe, _literal, _name, _shape, \
-    clamp_bounds, clamp_functions
+from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _SELECTIONS, _UNARY, Unsupported, _describe, \
+    _is_boolean, _literal, _name, _shape, check_precision, clamp_bounds, clamp_functions, selection
 
 STRUCTURE_TYPES = {"diag": "paraseq::Diagonal", "block2": "paraseq::BlockDiagonal<2>",
                    "block4": "paraseq::BlockDiagonal<4>"}
@@ -69,6 +71,8 @@ def trace(token, tensors, state_shape, input_size, dtype, x_dtype):
 #   ("unary", name or ("clamp", low, high), a)  ("add" | "sub" | "mul" | "div", a, b)  ("pow", a, exponent)
 #   ("dot", bias or None, ((a0, b0), (a1, b1), ...))  bias + a0 b0 + a1 b1 + ...
 #   ("sum", divisor, (t0, t1, ...))                   (t0 + t1 + ...) / divisor
+#   (name of _field_codegen._SELECTIONS, operand, ...)  where, maximum, comparisons, logical operations
+# A scalar of a comparison or logical operation is a bool; the others are numbers.
 
 def _operands(op):
     kind = op[0]
@@ -82,7 +86,11 @@ def _operands(op):
         return ((op[1],) if op[1] is not None else ()) + tuple(x for pair in op[2] for x in pair)
     if kind == "sum":
         return op[2]
-    return (op[1], op[2])
+    return op[1:]
+
+
+def _is_boolean_op(op):
+    return op[0] in _SELECTIONS and _SELECTIONS[op[0]][1] == "b"
 
 
 class Recurrence:
@@ -92,7 +100,7 @@ class Recurrence:
 
     def __init__(self, graph_module, dtype):
         self.graph_module, self.dtype = graph_module, dtype
-        self.ops, self.literals = [], {}
+        self.ops, self.literals, self.conversions = [], {}, {}
         self.values, self.leaves = {}, {}
         self.frontier = {"u": [], "p": []}  # prologue values the recurrence reads, in order
         self.width = {"u": 0, "p": 0}
@@ -126,6 +134,22 @@ class Recurrence:
             return torch.tensor(self.literal(arg))
         raise Unsupported(f"an operand {arg!r} of type {type(arg).__name__} in the recurrence")
 
+    def numbers(self, arg):
+        return self.as_kind(self.ids(arg), False)
+
+    def as_kind(self, scalars, boolean):
+        """The scalars as bools (a number: whether it is nonzero) or as numbers (a bool: 1 or 0)."""
+        def convert(index):
+            if _is_boolean_op(self.ops[index]) == boolean:
+                return index
+            if (index, boolean) not in self.conversions:
+                zero = self.literal(0)
+                self.conversions[index, boolean] = self.add(("ne", index, zero) if boolean else
+                                                            ("where", index, self.literal(1), zero))
+            return self.conversions[index, boolean]
+        return torch.tensor([convert(index) for index in scalars.reshape(-1).tolist()],
+                            dtype=torch.int64).reshape(scalars.shape)
+
     def prologue_value(self, node):
         found = self.leaves.get(node)
         if found is not None:
@@ -135,7 +159,7 @@ class Recurrence:
         origin = "x" if kind == "u" else "the cell's tensors"
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"a value of type {type(value).__name__} computed from {origin} ({_describe(node)})")
-        if value.dtype != self.dtype:
+        if not _widens_exactly(value.dtype, self.dtype):
             raise Unsupported(f"a value of dtype {value.dtype} computed from {origin} ({_describe(node)}) in a "
                               f"step of a state of dtype {self.dtype} (give the cell's tensors and x the state's "
                               "dtype)")
@@ -168,7 +192,8 @@ class Recurrence:
                 continue
             if node.op != "call_function":
                 raise Unsupported(_describe(node))
-            self.values[node] = self.call(node)
+            value = self.call(node)  # of the node's kind: bools for a tensor of bools
+            self.values[node] = self.as_kind(value, _is_boolean(node)) if isinstance(value, torch.Tensor) else value
         if not isinstance(result, torch.fx.Node):
             raise Unsupported(f"a step returning a {type(result).__name__} (return one tensor of h_prev's shape)")
         return self.ids(result), result
@@ -176,30 +201,37 @@ class Recurrence:
     def call(self, node):
         name = _name(node.target)
         args, kwargs = node.args, node.kwargs
+        check_precision(node, self.dtype)
         schema = getattr(node.target, "_schema", None)
         if schema is not None and schema.is_mutable and isinstance(args[0], torch.fx.Node) and len(args[0].users) > 1:
             raise Unsupported(f"{_describe(node)}, an in-place operation on a value that is used elsewhere")
         if name == "getitem":  # of a tuple-valued move (unbind, split)
             return self.values[args[0]][args[1]]
+        found = selection(node)
+        if found is not None:
+            entry, operands = found
+            scalars = [self.as_kind(self.ids(arg), kind == "b") for arg, kind in zip(operands, _SELECTIONS[entry][0])]
+            return self.new(_shape(node), scalars, lambda *a: (entry, *a))
         if name in _UNARY:
-            return self.new(_shape(node), [self.ids(args[0])], lambda a: ("unary", name, a))
+            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("unary", name, a))
         if name in _CLAMPS:
             bounds = clamp_bounds(node)
-            return self.new(_shape(node), [self.ids(args[0])], lambda a: ("unary", ("clamp", *bounds), a))
+            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("unary", ("clamp", *bounds), a))
         if name in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
             return self.binary(node, name, args, kwargs)
         if name == "pow" and isinstance(args[0], torch.fx.Node):
             exponent = args[1]
             if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
                 raise Unsupported(f"{_describe(node)} with an exponent that is not a constant number")
-            return self.new(_shape(node), [self.ids(args[0])], lambda a: ("pow", a, float(exponent)))
+            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("pow", a, float(exponent)))
         if name in _PRODUCTS:
             return self.product(node, name, args, kwargs)
         if name in ("sum", "mean"):
             return self.reduction(node, name, args, kwargs)
-        if name in ("_to_copy", "to"):
-            if node.meta["val"].dtype != args[0].meta["val"].dtype:
-                raise Unsupported(f"{_describe(node)}, a conversion to dtype {node.meta['val'].dtype}")
+        if name in ("_to_copy", "to"):  # to the same dtype, to bool, or of bools to numbers
+            target = node.meta["val"].dtype
+            if target not in (args[0].meta["val"].dtype, torch.bool, self.dtype):
+                raise Unsupported(f"{_describe(node)}, a conversion to dtype {target}")
             return self.ids(args[0])
         if name in _STATE_MOVES:
             return self.moves(node, name)
@@ -209,11 +241,12 @@ class Recurrence:
                 value = args[2] if name == "new_full" else args[1] if name == "full_like" else None
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise Unsupported(f"{_describe(node)} without a constant number to fill")
+            value = torch.tensor(value, dtype=node.meta["val"].dtype).item()  # in torch's dtype
             return torch.full(_shape(node), self.literal(value), dtype=torch.int64)
         raise Unsupported(_describe(node))
 
     def binary(self, node, name, args, kwargs):
-        a, b = self.ids(args[0]), self.ids(args[1])
+        a, b = self.numbers(args[0]), self.numbers(args[1])
         alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
         if name == "rsub":
             a, b, name = b, a, "sub"
@@ -244,8 +277,8 @@ class Recurrence:
         alpha = args[4] if biased and len(args) > 4 else kwargs.get("alpha", 1)
         if beta != 1 or alpha != 1:
             raise Unsupported(f"{_describe(node)} with beta={beta} and alpha={alpha} (expected 1)")
-        bias = self.ids(args[0]) if biased else None
-        a, b = self.ids(args[1 if biased else 0]), self.ids(args[2 if biased else 1])
+        bias = self.numbers(args[0]) if biased else None
+        a, b = self.numbers(args[1 if biased else 0]), self.numbers(args[2 if biased else 1])
         if name in ("mv", "addmv"):
             b = b.unsqueeze(-1)
         elif name == "dot":
@@ -266,7 +299,7 @@ class Recurrence:
     def reduction(self, node, name, args, kwargs):
         if kwargs.get("dtype") is not None:
             raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
-        x = self.ids(args[0])
+        x = self.numbers(args[0])
         dims = args[1] if len(args) > 1 and args[1] is not None else []
         dims = sorted({d % x.dim() for d in dims}) if x.dim() else []
         dims = dims or list(range(x.dim()))  # no dimensions given: all of them
@@ -319,7 +352,7 @@ def _group_program(ops, outputs, owns):
                       "dot": lambda: (kind, reference[op[1]] if op[1] is not None else None,
                                       tuple((reference[a], reference[b]) for a, b in op[2])),
                       "sum": lambda: (kind, op[1], tuple(reference[t] for t in op[2]))}.get(
-                          kind, lambda: (kind, reference[op[1]], reference[op[2]]))()
+                          kind, lambda: (kind, *(reference[x] for x in op[1:])))()
             reference[index] = ("v", len(local))
             local.append(mapped)
     return GroupProgram(tuple(local), tuple(reference[o] for o in outputs), tuple(inputs), tuple(params))
@@ -387,6 +420,9 @@ def _unary(function):
 
 def _forward_line(k, op):
     kind, e = op[0], _expression
+    if kind in _SELECTIONS:
+        value = _SELECTIONS[kind][2](*map(e, op[1:]))
+        return f"const {'bool' if _is_boolean_op(op) else 'S'} v{k} = {value};"
     if kind == "unary":
         value = _unary(op[1])[0](e(op[2]))
     elif kind == "pow":
@@ -407,8 +443,14 @@ def _adjoint_lines(k, op):
     """Each operand's adjoint += its part of a_v<k> (reverse mode)."""
     kind, e, g, y = op[0], _expression, f"a_v{k}", f"v{k}"
     terms = []  # (operand reference, expression added to its adjoint)
-    if kind == "unary":
-        terms.append((op[2], _unary(op[1])[1](e(op[2]), y, g)))
+    if kind in _SELECTIONS:
+        reads = [e(ref) for ref in op[1:]]
+        terms += [(ref, derivative(reads, y, g)) for ref, derivative in zip(op[1:], _SELECTIONS[kind][3])
+                  if derivative is not None]
+    elif kind == "unary":
+        derivative = _unary(op[1])[1]
+        if derivative is not None:
+            terms.append((op[2], derivative(e(op[2]), y, g)))
     elif kind == "pow":
         c = op[2]
         slope = "S(1)" if c == 1 else f"S(2) * {e(op[1])}" if c == 2 else \
@@ -452,7 +494,7 @@ def cell_source(program, structure, d):
     clear = [f"for (int i = 0; i < {d}; ++i) dh[i] = Acc(0);"] + \
         ([f"for (int k = 0; k < {inputs}; ++k) du[k] = Acc(0);"] if inputs else []) + \
         ([f"for (int k = 0; k < {params}; ++k) dparams[k] = Acc(0);"] if params else [])
-    adjoints = [f"Acc a_v{k} = 0;" for k in range(len(program.ops))]
+    adjoints = [f"Acc a_v{k} = 0;" for k, op in enumerate(program.ops) if not _is_boolean_op(op)]
     return f"""// A group: {d} state value(s), {len(program.ops)} operations, {inputs} input(s), {params} parameter(s).
 template <class T, class Space>
 struct UserCell {{
@@ -518,9 +560,15 @@ struct UserCell {{
 
 # ---- the prologue ----------------------------------------------------------------------------------
 
-def _subgraph(graph_module, inputs, outputs):
+def _widens_exactly(dtype, state_dtype):
+    """Whether values of `dtype` are exactly values of the state's dtype (bools: 1 or 0)."""
+    return dtype == torch.bool or (dtype.is_floating_point and torch.promote_types(dtype, state_dtype) == state_dtype)
+
+
+def _subgraph(graph_module, inputs, outputs, dtype):
     """A GraphModule of the nodes of graph_module that `outputs` need, taking `inputs`
-    (placeholders) in order and returning the tuple of `outputs`."""
+    (placeholders) in order and returning the tuple of `outputs` in `dtype` (bools as 1 or 0,
+    narrower floating dtypes exactly)."""
     needed, stack = set(), list(outputs)
     while stack:
         node = stack.pop()
@@ -533,7 +581,9 @@ def _subgraph(graph_module, inputs, outputs):
     for node in graph_module.graph.nodes:
         if node in needed and node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
-    graph.output(tuple(env[node] for node in outputs))
+    converted = lambda node: graph.call_function(torch.ops.aten._to_copy.default, (env[node],), {"dtype": dtype}) \
+        if node.meta["val"].dtype != dtype else env[node]
+    graph.output(tuple(converted(node) for node in outputs))
     return torch.fx.GraphModule(graph_module, graph)
 
 
@@ -570,8 +620,8 @@ def generate(graph_module, state_shape, structure, dtype, cell_name):
     program = programs[0]
     used = [k for k, node in enumerate(recurrence.tensor_nodes) if node.users]
     taken = [recurrence.tensor_nodes[k] for k in used]
-    input_prologue = _subgraph(graph_module, [recurrence.x_node] + taken, recurrence.frontier["u"])
-    param_prologue = _subgraph(graph_module, taken, recurrence.frontier["p"])
+    input_prologue = _subgraph(graph_module, [recurrence.x_node] + taken, recurrence.frontier["u"], dtype)
+    param_prologue = _subgraph(graph_module, taken, recurrence.frontier["p"], dtype)
     for prologue in (input_prologue, param_prologue):
         _check_prologue(prologue)
     input_index = [c for p in programs for c in p.input_columns]

@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from . import _cell_codegen, _user_cell, _user_function
 from ._extension_build import BuildUnavailable, OnRequestOnly, build_settings, require_device
 from ._extension_build import load as _load
-from ._field_codegen import POWER, Unsupported
+from ._field_codegen import HELPERS, Unsupported
 
 SCALAR_TYPES = {torch.float32: "float", torch.float64: "double"}
 HEADERS = ("solvers/newton.hpp", "solvers/newton_backward.hpp", "adapters/torch/newton_solve.hpp")
@@ -83,7 +83,7 @@ def _extension_sources(namespace, cell, structure, dtype, split, suffix):
 
 namespace {namespace} {{
 
-{POWER}
+{HELPERS}
 {cell}
 struct MakeUserCell {{
   template <class T, class Space>

@@ -62,7 +62,7 @@ def _extension_sources(namespace, field, used, method, dtype, split, suffix):
 
 namespace {namespace} {{
 
-{_field_codegen.POWER}
+{_field_codegen.HELPERS}
 {field}
 using Method = paraseq::ode::{METHOD_TYPES[method]};
 using T = {scalar};

@@ -9,12 +9,14 @@ compile-time state_size, a templated operator() (so dual numbers work) and a vjp
 graph forward and then backward, operation by operation (reverse mode).
 
 Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
-cos, sqrt, abs, relu, reciprocal, clamp with constant bounds; indexing, slicing, reshaping, transposing, stacking and
-concatenating (any operation that only moves elements within a trajectory); sum and mean over the
-last dimensions of a trajectory's value; matrix products whose second factor is not the state's
-(y @ W.T + b, F.linear, torch.matmul); constants and t.
-Anything else (torch.sort, comparisons, where, a branch on the data, an operation that mixes
-trajectories) raises Unsupported naming it.
+cos, sqrt, abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not
+(booleans are values of their own kind: bool, no adjoint), maximum, minimum, clamp to numbers or
+to tensors; indexing, slicing, reshaping, transposing, stacking and concatenating (any operation
+that only moves elements within a trajectory); sum and mean over the last dimensions of a
+trajectory's value; matrix products whose second factor is not the state's (y @ W.T + b,
+F.linear, torch.matmul); constants and t. Anything else (torch.sort, a branch on the data, an
+operation that mixes trajectories, arithmetic that torch computes in another dtype) raises
+Unsupported naming it.
 """
 
 from __future__ import annotations
@@ -96,22 +98,39 @@ def _literal(value):
 class Value:
     """One graph value on one trajectory: `shape` (per trajectory), read(i) an expression of its
     element i, adjoint(i) an lvalue of its adjoint element (for active values: those that depend
-    on the state or the function's tensors)."""
+    on the state or the function's tensors). A boolean value (of a comparison) holds bools and has
+    no adjoint."""
 
-    def __init__(self, shape, read, adjoint=None, batched=False):
+    def __init__(self, shape, read, adjoint=None, batched=False, boolean=False):
         self.shape, self.size = tuple(shape), math.prod(shape)
-        self.read, self.adjoint, self.batched = read, adjoint, batched
+        self.read, self.adjoint, self.batched, self.boolean = read, adjoint, batched, boolean
 
     @property
     def active(self):
         return self.adjoint is not None
 
 
-def _array(name, shape, active, batched):
+def _array(name, shape, active, batched, boolean=False):
     """A value computed into a local array (or variable) `name`, its adjoint into g_<name>."""
     if math.prod(shape) == 1:  # a number: no array
-        return Value(shape, lambda i: name, (lambda i: f"g_{name}") if active else None, batched)
-    return Value(shape, lambda i: f"{name}[{i}]", (lambda i: f"g_{name}[{i}]") if active else None, batched)
+        return Value(shape, lambda i: name, (lambda i: f"g_{name}") if active else None, batched, boolean)
+    return Value(shape, lambda i: f"{name}[{i}]", (lambda i: f"g_{name}[{i}]") if active else None, batched,
+                 boolean)
+
+
+def as_kind(value, boolean):
+    """`value` read as booleans (a number: whether it is nonzero, as torch converts) or as numbers
+    (a boolean: 1 or 0), without a copy; the conversion has no derivative."""
+    if value.boolean == boolean:
+        return value
+    if boolean:
+        return Value(value.shape, lambda i: f"!equal({value.read(i)}, S(0))", None, value.batched, True)
+    return Value(value.shape, lambda i: f"({value.read(i)} ? S(1) : S(0))", None, value.batched)
+
+
+def _is_boolean(node):
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool
 
 
 def _number(x):
@@ -121,7 +140,7 @@ def _number(x):
 
 # ---- the generator ---------------------------------------------------------------------------------
 
-_UNARY = {  # name: (forward expression of x, derivative times g of x, output y and g)
+_UNARY = {  # name: (forward expression of x, derivative times g of x, output y and g, or None: none)
     "neg": (lambda x: f"-{x}", lambda x, y, g: f"-{g}"),
     "exp": (lambda x: f"exp({x})", lambda x, y, g: f"{g} * {y}"),
     "log": (lambda x: f"log({x})", lambda x, y, g: f"{g} / {x}"),
@@ -132,52 +151,139 @@ _UNARY = {  # name: (forward expression of x, derivative times g of x, output y 
     "sqrt": (lambda x: f"sqrt({x})", lambda x, y, g: f"{g} / (S(2) * {y})"),
     "abs": (lambda x: f"abs({x})", lambda x, y, g: f"({x} > S(0) ? {g} : {x} < S(0) ? -{g} : S(0))"),
     "relu": (lambda x: f"({x} > S(0) ? {x} : S(0))", lambda x, y, g: f"({x} > S(0) ? {g} : S(0))"),
+    "sign": (lambda x: f"({x} > S(0) ? S(1) : {x} < S(0) ? S(-1) : S(0))", None),  # torch's: 0 for a NaN
     "reciprocal": (lambda x: f"S(1) / {x}", lambda x, y, g: f"-{g} * {y} * {y}"),
 }
+_UNARY["sgn"] = _UNARY["sign"]  # of a real number
 _MATH_FUNCTIONS = ("exp", "log", "tanh", "sin", "cos", "sqrt", "abs")
 _CLAMPS = ("clamp", "clamp_min", "clamp_max")
 
 
-def clamp_bounds(node):
-    """(low, high) of a clamp with constant bounds (clamp, clamp_min, clamp_max; None: no bound).
-    Unsupported for a bound that is a tensor."""
+def _half_at(tie, g, otherwise):
+    return f"({tie} ? {g} / S(2) : {otherwise})"
+
+
+def _clamp_derivative(x, low, high, g, to):
+    """torch's derivative of clamp(x, low, high) to tensors (high where low > high), times g, to
+    x, low or high: x's inside [low, high] (and where x is NaN), a bound's where it is the result,
+    halved between x and the bound where they tie and low < high."""
+    ordered = f"{low} < {high}"
+    if to == "x":
+        return f"(({x} < {low} || {x} > {high}) ? S(0) : " + \
+            _half_at(f"({ordered} && (equal({x}, {low}) || equal({x}, {high})))", g, g) + ")"
+    if to == "low":
+        return f"(({low} <= {high} && {x} < {low}) ? {g} : " + \
+            _half_at(f"({ordered} && equal({x}, {low}))", g, "S(0)") + ")"
+    return f"(({low} > {high} || ({low} <= {high} && {x} > {high})) ? {g} : " + \
+        _half_at(f"({ordered} && equal({x}, {high}))", g, "S(0)") + ")"
+
+
+# Elementwise operations of several operands, of numbers ("n") and booleans ("b"): name: (the
+# operands' kinds, the result's kind, forward of the operands' expressions, each operand's
+# derivative times g of (the operands' expressions r, the result y, g), or None: none). The
+# derivatives are torch's, ties included: maximum, minimum and a clamp to tensors split g in
+# halves where the values tie.
+_SELECTIONS = {
+    "where": ("bnn", "n", lambda c, a, b: f"({c} ? {a} : {b})",
+              (None, lambda r, y, g: f"({r[0]} ? {g} : S(0))", lambda r, y, g: f"({r[0]} ? S(0) : {g})")),
+    "maximum": ("nn", "n", lambda a, b: f"maximum({a}, {b})",
+                (lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} < {r[1]} ? S(0) : {g})"),
+                 lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} > {r[1]} ? S(0) : {g})"))),
+    "minimum": ("nn", "n", lambda a, b: f"minimum({a}, {b})",
+                (lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} > {r[1]} ? S(0) : {g})"),
+                 lambda r, y, g: _half_at(f"equal({r[0]}, {r[1]})", g, f"({r[0]} < {r[1]} ? S(0) : {g})"))),
+    "clamp_to_tensors": ("nnn", "n", lambda x, low, high: f"minimum(maximum({x}, {low}), {high})",
+                         tuple(lambda r, y, g, to=to: _clamp_derivative(*r, g, to) for to in ("x", "low", "high"))),
+    **{name: ("nn", "b", lambda a, b, o=symbol: f"({a} {o} {b})", (None, None))
+       for name, symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    "eq": ("nn", "b", lambda a, b: f"equal({a}, {b})", (None, None)),
+    "ne": ("nn", "b", lambda a, b: f"!equal({a}, {b})", (None, None)),
+    "logical_and": ("bb", "b", lambda a, b: f"({a} && {b})", (None, None)),
+    "logical_or": ("bb", "b", lambda a, b: f"({a} || {b})", (None, None)),
+    "logical_xor": ("bb", "b", lambda a, b: f"({a} != {b})", (None, None)),
+    "logical_not": ("b", "b", lambda a: f"!{a}", (None,)),
+}
+_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
+            "bitwise_not": "logical_not"}  # & | ^ ~ of booleans
+
+
+def selection(node):
+    """(name in _SELECTIONS, operands: graph nodes or numbers) of a node that is one of them (also
+    a clamp to tensors, masked_fill and & | ^ ~ of booleans), or None."""
+    name, args, kwargs = _name(node.target), node.args, node.kwargs
+    if _clamps_to_tensors(node):
+        low, high = _clamp_arguments(node)
+        if low is None or high is None:  # torch's derivatives of these are maximum's and minimum's
+            return ("minimum", (args[0], high)) if low is None else ("maximum", (args[0], low))
+        return "clamp_to_tensors", (args[0], low, high)
+    if name == "masked_fill":
+        return "where", (args[1], args[2], args[0])
+    if name in _BITWISE:
+        if node.meta["val"].dtype != torch.bool:
+            raise Unsupported(f"{_describe(node)} of tensors of dtype {node.meta['val'].dtype} (of booleans only)")
+        name = _BITWISE[name]
+    if name not in _SELECTIONS:
+        return None
+    count = len(_SELECTIONS[name][0])
+    if len(args) != count or kwargs:
+        raise Unsupported(f"{_describe(node)} with arguments {list(args)} and {dict(kwargs)}")
+    return name, tuple(args)
+
+
+def _clamps_to_tensors(node):
+    return _name(node.target) in _CLAMPS and getattr(node.target, "_overloadname", "") == "Tensor"
+
+
+def _clamp_arguments(node):
+    """(low, high) of a clamp, clamp_min or clamp_max (None: no bound)."""
     name, args, kwargs = _name(node.target), node.args, node.kwargs
     if name == "clamp":
-        low = args[1] if len(args) > 1 else kwargs.get("min")
-        high = args[2] if len(args) > 2 else kwargs.get("max")
-    else:
-        low, high = (args[1], None) if name == "clamp_min" else (None, args[1])
+        return (args[1] if len(args) > 1 else kwargs.get("min")), (args[2] if len(args) > 2 else kwargs.get("max"))
+    return (args[1], None) if name == "clamp_min" else (None, args[1])
+
+
+def clamp_bounds(node):
+    """(low, high) of a clamp to constant numbers (clamp, clamp_min, clamp_max; None: no bound)."""
+    low, high = _clamp_arguments(node)
     for bound in (low, high):
         if bound is not None and (not isinstance(bound, (int, float)) or isinstance(bound, bool)):
-            raise Unsupported(f"{_describe(node)} with a bound that is not a constant number")
+            raise Unsupported(f"{_describe(node)} with a bound {bound!r} that is neither a constant number nor a "
+                              "tensor")
     return low, high
 
 
 def clamp_functions(low, high):
-    """(forward, derivative) of a clamp to [low, high], in the form of _UNARY's entries: the
-    derivative is g inside the bounds and at them, 0 outside (torch's)."""
-    tests = [(f"{{}} < {_literal(low)}", _literal(low)) if low is not None else None,
-             (f"{{}} > {_literal(high)}", _literal(high)) if high is not None else None]
-    tests = [test for test in tests if test]
-
+    """(forward, derivative) of a clamp to constant numbers [low, high], in the form of _UNARY's
+    entries: high where low > high, as in torch; the derivative is g strictly inside the bounds and
+    0 at them, outside and for a NaN (torch's for constant bounds)."""
     def forward(x):
-        value = x
-        for test, bound in reversed(tests):  # the low bound wins where they cross, as in torch
-            value = f"({test.format(x)} ? {bound} : {value})"
-        return value
+        value = f"maximum({x}, {_literal(low)})" if low is not None else x
+        return f"minimum({value}, {_literal(high)})" if high is not None else value
 
     def derivative(x, y, g):
-        return f"({' || '.join(test.format(x) for test, _ in tests) or 'false'} ? S(0) : {g})"
+        inside = [test for test in (f"{_literal(low)} < {x}" if low is not None else None,
+                                    f"{x} < {_literal(high)}" if high is not None else None) if test]
+        return f"({' && '.join(inside)} ? {g} : S(0))"
 
     return forward, derivative
-# x^c for a constant c on numbers and on dual numbers (whose pow takes the exponent in their value
-# type); emitted before the field.
-POWER = """template <class S>
+
+
+# Helpers of the generated code, emitted before the field or cell: x^c for a constant c on numbers
+# and on dual numbers (whose pow takes the exponent in their value type); equality, and torch's
+# maximum and minimum (NaN where either is NaN), written with < and <= alone, which dual numbers
+# define (on their values); x <= x is false only for a NaN.
+HELPERS = """template <class S>
 KOKKOS_INLINE_FUNCTION S power(const S& x, double c) {
   using Kokkos::pow;
   if constexpr (std::is_floating_point_v<S>) return pow(x, S(c));
   else return pow(x, decltype(x.value)(c));
 }
+template <class S>
+KOKKOS_INLINE_FUNCTION bool equal(const S& x, const S& y) { return x <= y && y <= x; }
+template <class S>
+KOKKOS_INLINE_FUNCTION S maximum(const S& x, const S& y) { return y < x || !(x <= x) ? x : y; }
+template <class S>
+KOKKOS_INLINE_FUNCTION S minimum(const S& x, const S& y) { return x < y || !(x <= x) ? x : y; }
 """
 # Operations that only move elements (within a trajectory): evaluated on integer codes to find
 # where each output element comes from.
@@ -186,6 +292,30 @@ _MOVES = {"select", "slice", "unsqueeze", "squeeze", "squeeze_", "view", "_unsaf
           "detach", "contiguous", "flatten", "unflatten", "narrow", "split", "split_with_sizes", "chunk",
           "movedim", "repeat", "flip"}
 _PRODUCTS = {"mm", "addmm", "mv", "dot"}
+# Operations that select or place values, whose results are the same computed in any floating
+# dtype at least as wide as torch's (the others are refused in another dtype: check_precision).
+_EXACT_IN_ANY_DTYPE = _MOVES | {"getitem", "where", "masked_fill", "maximum", "minimum", "zeros_like", "ones_like",
+                                "full_like", "scalar_tensor", "full", "zeros", "ones", "new_zeros", "new_ones",
+                                "new_full", "_to_copy", "to"}
+
+
+def check_precision(node, dtype):
+    """Refuses an operation that torch computes in a floating dtype other than the state's `dtype`
+    (the generated code computes everything in the state's): a comparison in the dtype of its
+    operands, anything else in its result's; those that only select values are exact in any."""
+    name, value = _name(node.target), node.meta.get("val")
+    if name in _EXACT_IN_ANY_DTYPE or _clamps_to_tensors(node) or not isinstance(value, torch.Tensor):
+        return
+    dtypes = [value.dtype] if value.dtype != torch.bool else \
+        [arg.meta["val"].dtype for arg in node.all_input_nodes if isinstance(arg.meta.get("val"), torch.Tensor)]
+    floating = [d for d in dtypes if d.is_floating_point]
+    computing = floating[0] if floating else None
+    for other in floating[1:]:
+        computing = torch.promote_types(computing, other)
+    if computing is not None and computing != dtype:
+        raise Unsupported(f"{_describe(node)} computed in dtype {computing} in a function of a state of dtype {dtype} "
+                          "(torch.where of two numbers gives the default dtype: write one of them as a tensor of "
+                          "the state's dtype)")
 
 
 def _name(target):
@@ -220,14 +350,15 @@ class FieldGenerator:
                 self.uses.setdefault(used, []).append(node)
 
     # -- helpers --
-    def fresh(self, shape, active, batched, comment):
+    def fresh(self, shape, active, batched, comment, boolean=False):
         name = f"v{self.counter}"
         self.counter += 1
         size = math.prod(shape)
-        self.forward.append(_Declaration(name, size, f"{comment} [{', '.join(map(str, shape))}]" if shape else comment))
+        self.forward.append(_Declaration(name, size, f"{comment} [{', '.join(map(str, shape))}]" if shape else comment,
+                                         "bool" if boolean else "S"))
         if active:
             self.adjoints.append(f"S g_{name} = 0;" if size == 1 else f"S g_{name}[{size}] = {{}};")
-        return _array(name, shape, active, batched)
+        return _array(name, shape, active, batched, boolean)
 
     def row_shape(self, node, batched):
         shape = _shape(node)
@@ -238,11 +369,12 @@ class FieldGenerator:
             return shape[1:]
         return shape
 
-    def operand(self, arg):
+    def operand(self, arg, boolean=False):
+        """An argument read as numbers (or as booleans)."""
         if isinstance(arg, torch.fx.Node):
-            return self.values[arg]
+            return as_kind(self.values[arg], boolean)
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
-            return _number(arg)
+            return as_kind(_number(arg), boolean)
         raise Unsupported(f"an operand {arg!r} of type {type(arg).__name__}")
 
     @staticmethod
@@ -277,11 +409,12 @@ class FieldGenerator:
             lines.extend([" ".join(heads) + " {", "  " + statement, "}"])
 
     # -- operations --
-    def elementwise(self, node, operands, forward, derivatives):
-        """out = forward(*inputs); derivatives[k](inputs, out, g) is the adjoint of operand k."""
+    def elementwise(self, node, operands, forward, derivatives, boolean=False):
+        """out = forward(*inputs); derivatives[k](inputs, out, g) is the adjoint of operand k (None:
+        it has none); a boolean result (of bools) has none."""
         shape = self.row_shape(node, any(v.batched for v in operands))
-        active = any(v.active for v in operands)
-        out = self.fresh(shape, active, any(v.batched for v in operands), f"aten.{_name(node.target)}")
+        active = not boolean and any(v.active and d is not None for v, d in zip(operands, derivatives))
+        out = self.fresh(shape, active, any(v.batched for v in operands), f"aten.{_name(node.target)}", boolean)
 
         def reads(variables):
             return [v.read(self.broadcast_index(v, shape, variables)) for v in operands]
@@ -291,7 +424,7 @@ class FieldGenerator:
         if active:
             lines = []
             for k, v in enumerate(operands):
-                if v.active:
+                if v.active and derivatives[k] is not None:
                     self.emit_loop(lines, shape, lambda variables, index, k=k, v=v: (
                         f"{v.adjoint(self.broadcast_index(v, shape, variables))} += "
                         f"{derivatives[k](reads(variables), out.read(index), out.adjoint(index))};"))
@@ -367,13 +500,14 @@ class FieldGenerator:
         if any(entries != sources[0] for entries in sources):
             raise Unsupported(f"{_describe(node)}, which treats the trajectories differently")
         mapping = sources[0]
-        values = [self.values[i] for i in inputs]
+        boolean = _is_boolean(node)
+        values = [as_kind(self.values[i], boolean) for i in inputs]  # cat promotes booleans among numbers
         stop_gradient = name == "detach"
         if len(values) == 1 and values[0].size == len(mapping) and [e for _, e in mapping] == list(range(len(mapping))):
             source = values[0]  # the same elements in the same order (view, reshape, clone): no copy
-            return Value(out_shape, source.read, None if stop_gradient else source.adjoint, source.batched)
+            return Value(out_shape, source.read, None if stop_gradient else source.adjoint, source.batched, boolean)
         active = any(v.active for v in values) and not stop_gradient
-        out = self.fresh(out_shape, active, batched, f"aten.{name}")
+        out = self.fresh(out_shape, active, batched, f"aten.{name}", boolean)
         lines = []
         for (start, k, source_start, length, step) in _runs(mapping):
             source = values[k]
@@ -512,6 +646,7 @@ class FieldGenerator:
         placeholders = [node for node in self.graph_module.graph.nodes if node.op == "placeholder"]
         t_node, y_node, tensor_nodes = placeholders[0], placeholders[1], placeholders[2:]
         self.state_nodes = {t_node, y_node}
+        self.dtype = y_node.meta["val"].dtype
         self.transposes = {}
         self.find_transposes()
         self.values[t_node] = Value(_shape(t_node)[0 if self.one_trajectory else 1:],
@@ -541,28 +676,48 @@ class FieldGenerator:
             if node.op != "call_function":
                 raise Unsupported(_describe(node))
             if node not in self.transposes:
-                self.values[node] = self.call(node)
+                value = self.call(node)  # of the node's kind: booleans for a tensor of bools
+                self.values[node] = as_kind(value, _is_boolean(node)) if value is not None else None
         if isinstance(output, (tuple, list)):
             raise Unsupported("a function returning a tuple (return one tensor of y's shape)")
         return self.values[output]
 
+    def conversion(self, node):
+        """A conversion to bool or to the state's dtype (from bool, or to the same dtype)."""
+        target = node.meta["val"].dtype
+        if target not in (torch.bool, self.dtype) or set(node.kwargs) - {"dtype"}:
+            raise Unsupported(f"{_describe(node)}, a conversion to dtype {target} (to bool or the state's dtype "
+                              f"{self.dtype} only)")
+        return self.operand(node.args[0], target == torch.bool)
+
     def constant(self, tensor):
-        values = tensor.detach().reshape(-1).tolist()
+        boolean = tensor.dtype == torch.bool
+        literal = (lambda x: "true" if x else "false") if boolean else _literal
+        values = [literal(x) for x in tensor.detach().reshape(-1).tolist()]
         if len(values) == 1:
-            return Value(tuple(tensor.shape), lambda i, x=values[0]: _literal(x))
+            return Value(tuple(tensor.shape), lambda i, x=values[0]: x, boolean=boolean)
         name = f"c{self.counter}"
         self.counter += 1
-        self.forward.append(f"const S {name}[{len(values)}] = {{{', '.join(_literal(x) for x in values)}}};")
-        return Value(tuple(tensor.shape), lambda i: f"{name}[{i}]")
+        self.forward.append(f"const {'bool' if boolean else 'S'} {name}[{len(values)}] = {{{', '.join(values)}}};")
+        return Value(tuple(tensor.shape), lambda i: f"{name}[{i}]", boolean=boolean)
 
     def call(self, node):
         name = _name(node.target)
         args, kwargs = node.args, node.kwargs
+        check_precision(node, self.dtype)
+        found = selection(node)
+        if found is not None:
+            kinds, result, forward, derivatives = _SELECTIONS[found[0]]
+            operands = [self.operand(arg, kind == "b") for arg, kind in zip(found[1], kinds)]
+            return self.elementwise(node, operands, forward, derivatives, result == "b")
         if name in _UNARY or name in _CLAMPS:
             forward, derivative = _UNARY[name] if name in _UNARY else clamp_functions(*clamp_bounds(node))
-            self.math.update(f for f in _MATH_FUNCTIONS if f + "(" in forward("x") + derivative("x", "y", "g"))
+            self.math.update(f for f in _MATH_FUNCTIONS
+                             if f + "(" in forward("x") + (derivative("x", "y", "g") if derivative else ""))
             return self.elementwise(node, [self.operand(args[0])], forward,
-                                    [lambda r, o, g, d=derivative: d(r[0], o, g)])
+                                    [(lambda r, o, g, d=derivative: d(r[0], o, g)) if derivative else None])
+        if name == "_to_copy":
+            return self.conversion(node)
         if name in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
             return self.binary(node, name, args, kwargs)
         if name == "pow" and isinstance(args[0], torch.fx.Node):
@@ -580,11 +735,11 @@ class FieldGenerator:
 
 
 class _Declaration:
-    """A value's declaration among the forward lines; rendered with its first assignment when it
-    is a number."""
+    """A value's declaration among the forward lines (of C++ type S or bool); rendered with its
+    first assignment when it is a single element."""
 
-    def __init__(self, name, size, comment):
-        self.name, self.size, self.comment = name, size, comment
+    def __init__(self, name, size, comment, type_name="S"):
+        self.name, self.size, self.comment, self.type_name = name, size, comment, type_name
 
 
 def _render(lines):
@@ -594,11 +749,11 @@ def _render(lines):
         if isinstance(line, _Declaration):
             following = lines[k + 1] if k + 1 < len(lines) else None
             if line.size == 1 and isinstance(following, str) and following.startswith(f"{line.name} = "):
-                rendered.append(f"const S {following}  // {line.comment}")
+                rendered.append(f"const {line.type_name} {following}  // {line.comment}")
                 k += 2
                 continue
             declared = line.name if line.size == 1 else f"{line.name}[{line.size}]"
-            rendered.append(f"S {declared};  // {line.comment}")
+            rendered.append(f"{line.type_name} {declared};  // {line.comment}")
         else:
             rendered.append(line)
         k += 1
@@ -606,14 +761,15 @@ def _render(lines):
 
 
 def _fill(node, shape):
-    """The constant tensor of a creation operation (zeros_like, full, ...), per trajectory."""
+    """The constant tensor of a creation operation (zeros_like, full, ...), per trajectory: of
+    bools for a tensor of bools, else of numbers."""
     name = _name(node.target)
     value = {"zeros_like": 0, "ones_like": 1, "zeros": 0, "ones": 1}.get(name)
     if value is None:
         value = node.args[1] if name in ("full_like", "full") else node.args[0]
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not isinstance(value, (int, float)) or (isinstance(value, bool) and not _is_boolean(node)):
         raise Unsupported(_describe(node) + " with a value that is not a constant number")
-    return torch.full(shape, float(value))
+    return torch.full(shape, value, dtype=node.meta["val"].dtype)  # the value in torch's dtype
 
 
 def _depends_on(node, leaves):
@@ -666,6 +822,8 @@ def generate(graph_module, n, one_trajectory, tensor_shapes, struct_name="UserFi
     out = generator.run()
     if out.shape != (n,):
         raise Unsupported(f"a result of shape {list(out.shape)} per trajectory, expected [{n}]")
+    if out.boolean:
+        raise Unsupported("a result of dtype torch.bool (return the derivative, of y's dtype)")
     math_usings = "".join(f"    using Kokkos::{f};\n" for f in sorted(generator.math - {"pow"}))
     forward = "\n".join("    " + line for line in _render(generator.forward))
     store = f"    for (int i = 0; i < {n}; ++i) dy[i] = {out.read('i')};" if n > 1 else f"    dy[0] = {out.read('0')};"

@@ -217,6 +217,31 @@ def test_an_unsupported_operation_takes_the_general_path_under_auto_and_raises_u
         newton_apply(DropoutCell(3, 5).double(), x, CONVERGED, compile=True)
 
 
+class NanGuardCell(DiagonalCell):
+    def step(self, h, x):
+        return torch.where(torch.isnan(h), 0.0, super().step(h, x))
+
+
+class NarrowWhereCell(DiagonalCell):
+    def step(self, h, x):  # torch.where of two numbers is of the default dtype, float32
+        return super().step(h, x) + 0.5 * torch.where(h > 0, 0.1, -0.1)
+
+
+@pytest.mark.parametrize("cell_type,named", [
+    (NanGuardCell, r"the operation aten\.isnan"),
+    (NarrowWhereCell, r"the operation aten\.mul\.Tensor computed in dtype torch\.float32 in a function of a state "
+                      r"of dtype torch\.float64"),
+])
+def test_an_unsupported_selection_takes_the_general_path_under_auto_and_raises_under_true(cell_type, named):
+    cell, x, h0 = cell_case(cell_type, "cpu", T=4)
+    with pytest.warns(UserWarning, match=f"general path for this cell: the compiled path does not support {named}"):
+        auto = newton_apply(cell, x, CONVERGED, h0=h0)
+    assert torch.equal(auto, newton_apply(cell, x, CONVERGED, h0=h0, compile=False))
+    with pytest.raises(NotImplementedError, match=f"argument 'compile' is True, but the compiled path does not "
+                                                  f"support {named}"):
+        newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+
+
 def test_states_of_half_precision_and_other_devices_take_the_general_path():
     cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
     cell = cell.to(torch.bfloat16)
@@ -312,6 +337,66 @@ def test_clamps_in_the_recurrence_equal_the_loop_and_the_general_paths_gradients
     inputs = [x, h0] + list(cell.parameters())
     for got, wanted in zip(gradients(h, inputs, weight), gradients(general, inputs, weight)):
         torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
+class SwitchingCell(DiagonalCell):
+    """A recurrence through every selection the compiled path takes: where on comparisons of the
+    state, & ~ and logical_and/or/xor/not, booleans as numbers, masked_fill, maximum, minimum,
+    sign, clamps to tensors computed from a parameter (both bounds, each alone) and to numbers;
+    conditions on x alone and on a parameter alone (computed by the prologue, in PyTorch)."""
+
+    def step(self, h, x):
+        pre = self.decay * h + self.input_map(x)
+        gate = torch.where((h > 0) & ~(pre < -0.5), torch.tanh(pre), 0.5 * pre)
+        kept = torch.where(x[..., :1] > 0, gate, h) + torch.where(self.decay > 0, 0.2 * h, -0.1 * h)
+        either = torch.where(torch.logical_or(h <= -0.2, h >= 0.2), 0.1, -0.1)
+        exact = h.masked_fill(h == self.decay, 0.3) - torch.where(h != 0, 0.0, 0.2)
+        odd = torch.logical_xor(h > 0, pre > 0).to(h.dtype) - \
+            torch.logical_and(h < 0.1, torch.logical_not(pre > 0.3)).to(h.dtype)
+        extremes = torch.maximum(h, self.decay) + torch.minimum(pre, -self.decay)
+        clamped = torch.clamp(pre, self.decay - 0.3, self.decay + 0.3) + pre.clamp_min(self.decay) - \
+            torch.clamp(h, max=self.decay) + torch.clamp(pre, -0.4, 0.5)
+        return 0.5 * kept + 0.1 * (either + exact + odd + extremes + clamped + torch.sign(pre))
+
+
+def switching_case(**sizes):
+    cell, x, h0 = cell_case(SwitchingCell, "cpu", **sizes)
+    with torch.no_grad():  # inputs wide enough that every branch is taken somewhere
+        x.mul_(4)
+    return cell, x, h0
+
+
+def test_selections_in_the_recurrence_equal_the_loop_with_torchs_gradients_at_ties():
+    cell, x, h0 = switching_case()
+    with torch.no_grad():  # ties at the first step: h_prev equal to the decay, and zeros
+        h0[0] = cell.decay
+        h0[1, :2] = 0
+    h = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    expected = cell_loop(cell, x, h0)
+    general = newton_apply(cell, x, CONVERGED, h0=h0, compile=False)
+    assert (h - expected).abs().max() <= 1e-12
+    assert (h - general).abs().max() <= 1e-12
+    h_prev = torch.cat([h0.unsqueeze(1), expected[:, :-1]], dim=1).detach()
+    pre = (cell.decay * h_prev + cell.input_map(x)).detach()
+    decay = cell.decay.detach()
+    both = lambda condition: bool(condition.any() and (~condition).any())
+    assert all(both(c) for c in (h_prev > 0, pre < -0.5, x[..., :1] > 0, decay > 0, h_prev <= -0.2, h_prev >= 0.2,
+                                 torch.logical_xor(h_prev > 0, pre > 0), h_prev < 0.1, pre > 0.3, h_prev > decay,
+                                 pre < -decay, pre < decay - 0.3, pre > decay + 0.3, pre < decay, pre < -0.4, pre > 0.5))
+    assert bool((h_prev == decay).any()) and bool((h_prev == 0).any())
+    weight = torch.randn_like(expected)
+    inputs = [x, h0] + list(cell.parameters())
+    for got, wanted, general_grad in zip(gradients(h, inputs, weight), gradients(expected, inputs, weight),
+                                         gradients(general, inputs, weight)):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(got, general_grad, rtol=1e-9, atol=1e-11)
+
+
+def test_selections_gradcheck_of_x_h0_and_the_parameters():
+    cell, x, h0 = switching_case(B=1, T=5)
+    params = [p.detach().clone().requires_grad_() for p in cell.parameters()]
+    solve = lambda x, h0, *params: solve_with(cell, params, x, h0)
+    assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)
 
 
 # ---- errors --------------------------------------------------------------------------------------

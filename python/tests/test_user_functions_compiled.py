@@ -163,6 +163,84 @@ def test_a_clamped_right_hand_side_equals_the_general_path_and_its_gradients():
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
 
 
+def switching_closure():
+    """A right-hand side through every selection the compiled path takes: where on comparisons of
+    the state with numbers and with tensors, & | ^ ~ and logical_or/xor/not, a boolean as a number,
+    masked_fill, maximum, minimum, sign, clamps to tensors (both bounds, each alone) and to numbers
+    (crossed bounds included). It closes over W, low and high."""
+    W = torch.tensor([0.3, -0.4, 0.8], dtype=DOUBLE, requires_grad=True)
+    low = torch.tensor([-0.6, -0.2, 0.1], dtype=DOUBLE, requires_grad=True)
+    high = torch.tensor([0.5, 0.4, 0.9], dtype=DOUBLE, requires_grad=True)
+
+    def rhs(t, y):
+        up = torch.where(y > W, y - W, 0.5 * (W - y))
+        band = torch.where((y >= -1.0) & (y < 1.0), -y, 0.2 * y)
+        flip = torch.where(torch.logical_or(y <= -0.5, torch.logical_not(y != W)), 0.3, -0.1)
+        odd = torch.logical_xor(y > 0, W > 0).to(y.dtype) - (~(y < 0.2) ^ (W < 0)).to(y.dtype)
+        extremes = torch.maximum(y, W) - torch.minimum(y, 0.5 * W)
+        clamped = torch.clamp(y, low, high) + y.clamp_min(low) - torch.clamp(y, max=high) + \
+            torch.clamp(y, -0.8, 0.6) + torch.clamp(y, 0.4, -0.4)
+        filled = y.masked_fill(y == 0.0, 1.0) + 0.1 * torch.sign(y)
+        return -0.5 * y + 0.2 * (up + band + flip + odd + extremes + clamped + filled) + 0.1 * torch.cos(t)
+    return rhs, [W, low, high]
+
+
+SWITCHING_TIMES = [0.0, 0.25, 0.5]
+
+
+def switching_solve(rhs, y0, compile):
+    return odeint(rhs, y0, torch.tensor(SWITCHING_TIMES, dtype=DOUBLE), method="rk4", step_size=0.05,
+                  compile=compile)
+
+
+def test_selections_equal_the_general_path_and_the_rk4_loop_with_torchs_gradients_at_ties():
+    rhs, (W, low, high) = switching_closure()
+    y0 = torch.tensor([[0.3, -0.4, 0.8], [-0.6, -0.2, 0.1], [0.5, 0.4, 0.9],  # W, low and high: ties
+                       [0.0, -0.8, 0.6], [-1.5, 1.6, -2.0], [1.2, 0.05, -0.3]], dtype=DOUBLE, requires_grad=True)
+    compiled = switching_solve(rhs, y0, True)
+    general = switching_solve(rhs, y0, False)
+    expected = rk4_loop(rhs, y0, SWITCHING_TIMES, 5)  # the same steps, in PyTorch
+    torch.testing.assert_close(compiled, general, rtol=0, atol=1e-13)
+    torch.testing.assert_close(compiled, expected, rtol=0, atol=1e-13)
+    y = expected.detach().reshape(-1, 3)
+    both = lambda condition: bool(condition.any() and (~condition).any())
+    assert all(both(c) for c in (y > W, y >= -1, y < 1, y <= -0.5, y > 0, y < 0.2, y < low, y > high, y < -0.8,
+                                 y > 0.6, torch.logical_xor(y > 0, W > 0)))
+    ties = y0.detach()
+    assert all(bool((ties == bound).any()) for bound in (W, low, high, 0.0, -0.8, 0.6))
+    weight = torch.randn_like(compiled)
+    inputs = [y0, W, low, high]
+    for a, b, c in zip(torch.autograd.grad((compiled * weight).sum(), inputs),
+                       torch.autograd.grad((general * weight).sum(), inputs),
+                       torch.autograd.grad((expected * weight).sum(), inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+        torch.testing.assert_close(a, c, rtol=1e-11, atol=1e-12)
+
+
+def test_selections_gradcheck_of_y0_and_the_closed_over_bounds():
+    rhs, tensors = switching_closure()
+    y0 = torch.tensor([[0.7, -1.3, 0.25], [-0.35, 0.15, 1.1]], dtype=DOUBLE, requires_grad=True)
+    # gradcheck perturbs the closed-over tensors themselves, which the solve reads at each call
+    assert torch.autograd.gradcheck(lambda y0, *bounds: switching_solve(rhs, y0, True), (y0, *tensors))
+
+
+@pytest.mark.parametrize("rhs,named", [
+    (lambda t, y: torch.where(torch.isnan(y), 0.0, -y), r"the operation aten\.isnan"),
+    (lambda t, y: -y.float().double(), r"the operation aten\._to_copy\.default, a conversion to dtype torch\.float32"),
+    (lambda t, y: y * (0.5 * torch.where(y > 0, 0.3, -0.1)),  # two numbers: a where of the default dtype
+     r"the operation aten\.mul\.Tensor computed in dtype torch\.float32 in a function of a state of dtype "
+     r"torch\.float64"),
+], ids=["isnan", "to-float32", "float32-arithmetic"])
+def test_an_unsupported_selection_or_conversion_is_named(rhs, named):
+    y0 = torch.tensor([[1.0, -2.0], [0.5, 0.25]], dtype=DOUBLE)
+    t = torch.tensor([0.0, 0.5], dtype=DOUBLE)
+    with pytest.warns(UserWarning, match=f"general path.*does not support {named}"):
+        auto = odeint(rhs, y0, t, method="rk4")
+    assert torch.equal(auto, odeint(rhs, y0, t, method="rk4", compile=False))
+    with pytest.raises(NotImplementedError, match=f"compile' is True.*{named}"):
+        odeint(rhs, y0, t, method="rk4", compile=True)
+
+
 def test_a_second_use_hits_the_cache_in_this_process_and_in_a_new_one(van_der_pol):
     model, y0 = van_der_pol
     compiles, loads = _extension_build.statistics["compiles"], _extension_build.statistics["loads"]

@@ -2,6 +2,7 @@
 // own, so that the fused kernels of a dense user cell compile beside the scans, not after them.
 
 #include "elman_cell.hpp"
+#include "fused_early_exit_checks.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -20,6 +21,25 @@ TYPED_TEST(FusedCells, ElmanDenseFusedMatchesSequentialLoop) {
 // The dense adjoint of the fused kernel: maps of N x N, no cached Jacobians.
 TYPED_TEST(FusedCells, ElmanFusedGradientsMatchFiniteDifferences) {
   expect_elman_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::fused>(NewtonMode::fused);
+}
+
+// residual_atol's early exit where the re-run evaluates the cell again (groups above 4 keep no
+// linearisation): the last thread of a window evaluates its steps in the compose phase too.
+TYPED_TEST(FusedCells, ElmanFusedResidualAtolStopsEachWindowEarly) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 300, N = 6;
+  const auto W = contractive_matrix<Space>(N, 31, 0.5);
+  View3<double, Space> u("u", B, T_steps, N);
+  View2<double, Space> h0("h0", B, N);
+  fill_uniform(u, -0.5, 0.5, 32);
+  fill_uniform(h0, -0.5, 0.5, 33);
+  const Host2 W_host = as_double2(W), h0_host = as_double2(h0);
+  const Host3 u_host = as_double3(u);
+  const ElmanCell<double, typename Space::memory_space> cell{W};
+  for (const int window : {40, 300})
+    expect_fused_early_exit<Space, CompiledNewtonModes::fused>(
+        cell, u, h0, elman_sequential(W_host, u_host, h0_host),
+        [&](const Host3& h) { return elman_residual(W_host, u_host, h0_host, h); }, window);
 }
 
 } // namespace

@@ -169,7 +169,9 @@ def test_opcheck_of_the_generated_operators():
     config = CONVERGED._operator_config(True)
     torch.library.opcheck(ext.newton, (u, params, state0, config, True))
     torch.library.opcheck(ext.newton, (u, params, None, config, False))
-    h, _ = ext.newton(u.detach(), params.detach(), state0.detach(), config, False)
+    early_fused = NewtonConfig(max_iters=30, residual_atol=1e-8, residual_fail=None, scan_backend="fused")
+    torch.library.opcheck(ext.newton, (u, params, state0, early_fused._operator_config(True), True))
+    h = ext.newton(u.detach(), params.detach(), state0.detach(), config, False)[0]
     grad_h = torch.randn_like(h)
     torch.library.opcheck(ext.backward, (u.detach(), params.detach(), state0.detach(), h, grad_h))
 

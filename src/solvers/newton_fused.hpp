@@ -374,8 +374,8 @@ void launch_fused(const char* label, const ExecSpace& space, int league, const F
 // iterations any window ran once the kernel is done (read it with read_count_on_host); without, an
 // empty View: every window runs config.max_iters.
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
-Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace& space, const Cell& cell, const UView& u,
-                                                                 const HView& h, const H0View& h0,
+Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace& space, const Cell& cell,
+                                                                 const UView& u, const HView& h, const H0View& h0,
                                                                  const NewtonConfig& config, const ScanShape& shape) {
   Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
   if (config.residual_atol)

@@ -87,7 +87,7 @@ function(paraseq_instance out_declaration out_definition out_scan kind type spac
     set(function compiled_project_inputs_backward)
     set(body "run_project_inputs_backward(space, x, W, du, dW, dbias, dx);")
   elseif(kind STREQUAL "newton_fused")
-    set(instantiation "void paraseq::detail::fused_newton<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${out3}, ${in2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
+    set(instantiation "Kokkos::View<int, ${space}::memory_space> paraseq::detail::fused_newton<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${out3}, ${in2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
   elseif(kind MATCHES "^newton_scan")
     set(structure "${cell}::structure")
     set(quasi false)

@@ -220,7 +220,7 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
         backward = {"workload": "gru_forward_backward", **shape}
         for backend in ("fused", "scan", "sequential"):
             def forward_backward():
-                h, _ = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)
+                h = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)[0]
                 return torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
             results.append(measure(time_ms, {**backward, "implementation": f"paraseq {backend}"}, forward_backward, reps))
         results.append(measure(time_ms, {**backward, "implementation": "PyTorch eager Newton K=3, autograd"},

@@ -90,6 +90,20 @@ inline Host3 elman_sequential(const Host2& W, const Host3& u, const Host2& h0 = 
   return h;
 }
 
+// max over b, t and i of |h(b, t, i) - tanh(W h_{t-1} + u_t)_i|, h_{-1} = h0: the residual of any h.
+inline double elman_residual(const Host2& W, const Host3& u, const Host2& h0, const Host3& h) {
+  const int B = int(u.extent(0)), T = int(u.extent(1)), N = int(W.extent(0));
+  double largest = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < N; ++i) {
+        double pre = u(b, t, i);
+        for (int j = 0; j < N; ++j) pre += W(i, j) * (t == 0 ? h0(b, j) : h(b, t - 1, j));
+        largest = std::fmax(largest, std::fabs(h(b, t, i) - std::tanh(pre)));
+      }
+  return largest;
+}
+
 // Contractive W: rows scaled so that |J| < 1.
 template <class Space>
 View2<double, Space> contractive_matrix(int N, unsigned seed, double bound = 0.9) {

@@ -7,6 +7,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include "fused_early_exit_checks.hpp"
 #include "test_support.hpp"
 
 #include <cmath>
@@ -38,6 +39,22 @@ Host3 gru_sequential(const Host2& a, const Host3& u, const Host2& h0 = {}) {
       }
     }
   return h;
+}
+
+// max over b, t and n of |h_t - f(h_{t-1}, u_t)| for ParaGRU (h_{-1} = h0): the residual of any h.
+double gru_residual(const Host2& a, const Host3& u, const Host2& h0, const Host3& h) {
+  const int B = int(u.extent(0)), T = int(u.extent(1)), H = int(a.extent(1));
+  double largest = 0;
+  for (int b = 0; b < B; ++b)
+    for (int n = 0; n < H; ++n)
+      for (int t = 0; t < T; ++t) {
+        const double state = t == 0 ? h0(b, n) : h(b, t - 1, n);
+        const double z = sigmoid(a(0, n) * state + u(b, t, n));
+        const double r = sigmoid(a(1, n) * state + u(b, t, H + n));
+        const double c = std::tanh(a(2, n) * (state * r) + u(b, t, 2 * H + n));
+        largest = std::fmax(largest, std::fabs(h(b, t, n) - (z * c + (1 - z) * state)));
+      }
+  return largest;
 }
 
 // The ParaLSTM recurrence of cells.md; the state interleaves (c_n, h_n).
@@ -290,6 +307,26 @@ TYPED_TEST(Newton, ResidualFallsQuadratically) {
     }
   }
   EXPECT_GE(quadratic_steps, 1);
+}
+
+// residual_atol's early exit with cached linearisations (a diagonal cell), in one window and in
+// several, each starting from the state the previous one ended in.
+TYPED_TEST(Newton, GruFusedResidualAtolStopsEachWindowEarly) {
+  using Space = TypeParam;
+  const int B = 3, T_steps = 96, H = 5;
+  View2<double, Space> a("a", 3, H), h0("h0", B, H);
+  View3<double, Space> u("u", B, T_steps, 3 * H);
+  fill_uniform(a, -0.5, 0.5, 41);
+  fill_uniform(u, -0.5, 0.5, 42);
+  fill_uniform(h0, -0.5, 0.5, 43);
+  const Host2 a_host = as_double2(a), h0_host = as_double2(h0);
+  const Host3 u_host = as_double3(u);
+  const ParaGRU<double, typename Space::memory_space> cell{a};
+  // Three windows, then one: on a device a window of 96 steps is 12 threads per lane (8 steps each).
+  for (const int window : {32, 96})
+    expect_fused_early_exit<Space, CompiledNewtonModes::all>(
+        cell, u, h0, gru_sequential(a_host, u_host, h0_host),
+        [&](const Host3& h) { return gru_residual(a_host, u_host, h0_host, h); }, window);
 }
 
 TYPED_TEST(Newton, RepeatedSolvesAreBitwiseEqual) {

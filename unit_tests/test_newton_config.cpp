@@ -153,6 +153,15 @@ TYPED_TEST(NewtonConfiguration, CompileSafePresetNeverSyncs) {
   config.residual_atol = 1e-300;
   newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
   EXPECT_EQ(newton_host_syncs(), before + config.max_iters);
+
+  // The fused mode stops its windows on the device: no read, but the iteration count for stats.
+  config.mode = NewtonMode::fused;
+  const long before_fused = newton_host_syncs();
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config);
+  EXPECT_EQ(newton_host_syncs(), before_fused);
+  newton_solve(Space{}, problem.cell(), problem.u, problem.h, config, ZeroInitialState{}, &stats);
+  EXPECT_EQ(newton_host_syncs(), before_fused + 1);
+  EXPECT_EQ(stats.iterations, config.max_iters);
 }
 
 // The compiled instances of a built-in cell hold every mode; a call that names the modes it compiles
@@ -236,8 +245,10 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
   EXPECT_EQ(mode_for(2, 50, concurrency, cheap), NewtonMode::sequential); // 2 x concurrency x 0.5 fills it
   EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true));      // fits one window on a host
   EXPECT_EQ(mode_for(1, 5000, 1, cheap), parallel_mode(1, 1, false));
-  cheap.residual_atol = 1e-9;
-  EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton); // the fused mode has no early stop
+  cheap.residual_atol = 1e-9; // the fused mode stops each window on its own
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true));
+  cheap.jacobian = NewtonJacobian::quasi; // which the fused kernel does not run
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton);
 }
 
 template <class Call>
@@ -274,8 +285,8 @@ TYPED_TEST(NewtonConfiguration, BadInputRaisesClearErrors) {
   expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.omega", "0 < omega <= 1");
   config = NewtonConfig{};
   config.mode = NewtonMode::fused;
-  config.residual_atol = 1e-6;
-  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.mode", "fixed iteration count");
+  config.picard_iters = 2;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.mode", "no Picard sweeps");
   config = NewtonConfig{};
   config.picard_adapt = true;
   expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.picard_adapt", "residual_fail");

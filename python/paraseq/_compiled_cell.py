@@ -26,7 +26,7 @@ import warnings
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import _cell_codegen, _user_cell, _user_function
+from . import _cell_codegen, _ops, _user_cell, _user_function
 from ._extension_build import BuildUnavailable, OnRequestOnly, build_settings, require_device
 from ._extension_build import load as _load
 from ._field_codegen import HELPERS, Unsupported
@@ -199,9 +199,9 @@ void check_states(const char* name, const at::Tensor& states, const at::Tensor& 
                     u.size(1), ", ", state_size, "]");
 }}
 
-std::tuple<at::Tensor, at::Tensor> newton(const at::Tensor& u, const at::Tensor& params,
-                                          const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
-                                          bool with_residual) {{
+std::tuple<at::Tensor, at::Tensor, at::Tensor> newton(const at::Tensor& u, const at::Tensor& params,
+                                                      const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
+                                                      bool with_residual) {{
   using namespace paraseq::torch_bridge;
   const int64_t groups = checked_groups(forward_op, u, params, h0);
   const paraseq::NewtonConfig solver_config = newton_config_from_list(forward_op, config);
@@ -209,8 +209,9 @@ std::tuple<at::Tensor, at::Tensor> newton(const at::Tensor& u, const at::Tensor&
   tensors.u = prepared(u), tensors.params = {{prepared(params)}}, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
   tensors.h = at::empty({{u.size(0), u.size(1), groups * Cell::group_size}}, tensors.u.options());
   tensors.residual = at::empty({{with_residual ? u.size(0) : 0}}, u.options().dtype(at::kDouble));
+  tensors.stats = at::empty({{with_residual ? 2 : 0}}, u.options().dtype(at::kLong));
   with_space(forward_op, tensors.u, [&](const auto& space) {{ run_forward(tensors, solver_config, space); }});
-  return {{tensors.h, tensors.residual}};
+  return {{tensors.h, tensors.residual, tensors.stats}};
 }}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> newton_backward(const at::Tensor& u, const at::Tensor& params,
@@ -237,7 +238,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> newton_backward(const at::Tensor&
 
 TORCH_LIBRARY({namespace}, m) {{
   m.def("newton(Tensor u, Tensor params, Tensor? h0, float[] config, bool with_residual) "
-        "-> (Tensor h, Tensor residual)");
+        "-> (Tensor h, Tensor residual, Tensor stats)");
   m.def("newton_backward(Tensor u, Tensor params, Tensor? h0, Tensor h, Tensor grad_h) "
         "-> (Tensor grad_u, Tensor grad_params, Tensor grad_h0)");
 }}
@@ -293,7 +294,7 @@ def _register(ext):
     @torch.library.register_fake(f"{name}::newton")
     def _newton_fake(u, params, h0, config, with_residual):
         h = u.new_empty((u.shape[0], u.shape[1], params.shape[0] * ext.group_size))
-        return h, u.new_empty((u.shape[0] if with_residual else 0,), dtype=torch.float64)
+        return h, *_ops.newton_diagnostics_fake(u, with_residual)
 
     @torch.library.register_fake(f"{name}::newton_backward")
     def _backward_fake(u, params, h0, h, grad_h):
@@ -305,7 +306,7 @@ def _register(ext):
         ctx.save_for_backward(u, params, h0, output[0])
         ctx.h0_given = h0 is not None
 
-    def backward(ctx, grad_h, _grad_residual):
+    def backward(ctx, grad_h, _grad_residual, _grad_stats):
         u, params, h0, h = ctx.saved_tensors
         grad_u, grad_params, grad_h0 = ext.backward(u, params, h0, h, grad_h.contiguous())
         return grad_u, grad_params, grad_h0 if ctx.h0_given else None, None, None
@@ -399,7 +400,7 @@ def _check_rows(token, graph, tensors, state_shape, input_size, dtype, x_dtype):
 
 
 def run(key, layout, x, h0, tensors, config, with_residual):
-    """(h [B, T, (slots,) H], residual [B] or empty) from the plan's extension."""
+    """(h [B, T, (slots,) H], residual [B] or empty, stats [2] int64 or empty) from the plan's extension."""
     plan = _plans[key]
     B, T = x.shape[:2]
     dtype = h0.dtype if h0 is not None else x.dtype
@@ -417,5 +418,5 @@ def run(key, layout, x, h0, tensors, config, with_residual):
     else:
         params = x.new_zeros((plan.groups, 1), dtype=dtype)
     state0 = layout.to_scan(h0.unsqueeze(1)).squeeze(1) if h0 is not None else None
-    h, residual = plan.extension.newton(u, params, state0, config, with_residual)
-    return layout.from_scan(h), residual
+    h, residual, stats = plan.extension.newton(u, params, state0, config, with_residual)
+    return layout.from_scan(h), residual, stats

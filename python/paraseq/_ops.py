@@ -27,10 +27,17 @@ def _linear_scan_fake(A, b, h0, structure, reverse):
 
 # ---- ParaGRU / ParaLSTM Newton solves -------------------------------------------------------------
 
-def _newton_fake(u, state_size, with_residual):
-    h = u.new_empty((u.shape[0], u.shape[1], state_size))
+def newton_diagnostics_fake(u, with_residual):
+    """The Newton operators' residual ([B] float64) and stats ([2] int64: iterations, the
+    scan_backend index of the mode that ran), empty without with_residual; also the compiled
+    cells' operators' (_compiled_cell.py)."""
     residual = u.new_empty((u.shape[0] if with_residual else 0,), dtype=torch.float64)
-    return h, residual
+    stats = u.new_empty((2 if with_residual else 0,), dtype=torch.int64)
+    return residual, stats
+
+
+def _newton_fake(u, state_size, with_residual):
+    return u.new_empty((u.shape[0], u.shape[1], state_size)), *newton_diagnostics_fake(u, with_residual)
 
 
 @torch.library.register_fake("paraseq::para_gru")

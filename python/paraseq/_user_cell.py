@@ -206,8 +206,9 @@ class _FixedPointAdjoint(torch.autograd.Function):
 
 
 def solve(layout, x, h0, cfg, return_stats, slices=None):
-    """h [B, T, (slots,) H] and the residual [B] (float64; None when neither asked for nor checked).
-    slices: a _distributed.NewtonSlices when each rank of a process group holds a slice of t."""
+    """(h [B, T, (slots,) H], the residual [B] (float64; None when neither asked for nor checked),
+    the Newton iterations run). slices: a _distributed.NewtonSlices when each rank of a process
+    group holds a slice of t."""
     eager = not torch.compiler.is_compiling()
     B, T = x.shape[:2]
     dtype = h0.dtype if h0 is not None else x.dtype
@@ -222,12 +223,14 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
         h = layout.step(torch.zeros(layout.state_shape((B, T)), dtype=dtype, device=x.device), x)  # f(0, x_t)
         for _ in range(cfg.picard_iters):
             h = layout.step(shifted(h, entering(h)), x)
+        iterations = 0
         for _ in range(cfg.max_iters):
             value, A = layout.linearize(shifted(h, entering(h)), x)
             if eager and cfg.residual_atol is not None and _largest(h - value, slices) <= cfg.residual_atol:
                 break
             delta = scan(A, layout.to_scan(value - h).contiguous())
             h = h + cfg.omega * layout.from_scan(delta)
+            iterations += 1
     h_prev = shifted(h, entering(h))  # h0 with its graph: the adjoint reaches it through step at t = 0
     step_at_solution = layout.step(h_prev, x)
     # h0 too: over ranks, group rank 0's h0 reaches the solution through other ranks' steps when
@@ -255,7 +258,7 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
         else:
             anchor = slices.anchor(needs_adjoint_here, x.device)
             h = _FixedPointAdjoint.apply(step_at_solution, h, A, layout, slices, h0, anchor)
-    return h, residual
+    return h, residual, iterations
 
 
 def _largest(change, slices):

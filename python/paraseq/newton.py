@@ -53,7 +53,10 @@ class NewtonConfig:
     omega : float
         Damping of each Newton update, 0 < omega <= 1 (1: undamped).
     residual_atol : float, optional
-        Stop early once max |F| is at most this (eager mode, newton mode only); None: run K.
+        Stop early once max |F| is at most this (eager mode); None: run K. The newton mode (and a
+        cell of your own on the general path) checks the whole sequence after every iteration, one
+        host read each; the fused mode stops each window of the sequence on its own once the
+        window's max |F| is at most this, on the device (docs/solvers.md, "Early exit").
     residual_fail : float, optional
         In eager mode a solve whose max |F| exceeds this, or is not finite, raises
         NewtonDivergenceError. Default 1e-3; None accepts every result unchecked.
@@ -178,8 +181,41 @@ class NewtonStats(NamedTuple):
     ----------
     residual : torch.Tensor
         [B] float64: the max over t and channels of |F_t(h)| at the result.
+    iterations : int or torch.Tensor
+        The Newton iterations run: ``max_iters``, or fewer when ``residual_atol`` stopped early;
+        in the fused mode the most that any window ran (each window stops on its own); 0 in the
+        sequential mode. While ``torch.compiler.is_compiling()``: a 0-d int64 tensor of the graph.
+    backend : str or torch.Tensor
+        The mode that ran, by NewtonConfig.scan_backend's names: "newton", "fused" or
+        "sequential" ("auto" resolved; a cell of your own on the general path runs "newton").
+        While compiling: a 0-d int64 tensor, the mode's index in ("auto", "newton", "fused",
+        "sequential"), so that a graph with ``fullgraph=True`` has no break.
+
+    Notes
+    -----
+    In eager mode iterations and backend are read on the host (one synchronisation, on a call
+    with ``return_stats=True`` only).
     """
     residual: torch.Tensor
+    iterations: Union[int, torch.Tensor]
+    backend: Union[str, torch.Tensor]
+
+
+def _operator_stats(residual, stats):
+    """NewtonStats from a Newton operator's residual and stats ([2] int64: iterations, the
+    SCAN_BACKENDS index of the mode that ran): Python values in eager mode, tensors while compiling."""
+    if torch.compiler.is_compiling():
+        return NewtonStats(residual, stats[0], stats[1])
+    iterations, backend = stats.tolist()
+    return NewtonStats(residual, iterations, SCAN_BACKENDS[backend])
+
+
+def _general_path_stats(residual, iterations):
+    """NewtonStats of the general path (PyTorch around linear_scan: the newton mode)."""
+    if torch.compiler.is_compiling():
+        return _operator_stats(residual, torch.tensor([iterations, SCAN_BACKENDS.index("newton")], dtype=torch.int64,
+                                                      device=residual.device))
+    return NewtonStats(residual, iterations, "newton")
 
 
 def _check_size(module, name, value):
@@ -608,9 +644,10 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     u = _projection(cell, x)
     with torch.autocast(device_type=x.device.type, enabled=False):
         if isinstance(cell, ParaGRU):
-            state, residual = ops.para_gru(u, cell.recurrent, state0, config, return_stats or check)
+            state, residual, stats = ops.para_gru(u, cell.recurrent, state0, config, return_stats or check)
         else:
-            state, residual = ops.para_lstm(u, cell.recurrent, cell.peephole, state0, config, return_stats or check)
+            state, residual, stats = ops.para_lstm(u, cell.recurrent, cell.peephole, state0, config,
+                                                   return_stats or check)
     if check:
         error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
         if error is not None:
@@ -620,7 +657,7 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     else:
         h, c = state[..., 1::2], state[..., 0::2]
         result = (h, c) if return_cell_state else h
-    return (result, NewtonStats(residual)) if return_stats else result
+    return (result, _operator_stats(residual, stats)) if return_stats else result
 
 
 def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
@@ -671,14 +708,14 @@ def _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, c
             eager = not torch.compiler.is_compiling()
             check = eager and cfg.residual_fail is not None
             tensors = _user_function.found_tensors(owner, function)
-            h, residual = _compiled_cell.run(plan, layout, x, h0, tensors, cfg._operator_config(eager),
-                                             return_stats or check)
+            h, residual, stats = _compiled_cell.run(plan, layout, x, h0, tensors, cfg._operator_config(eager),
+                                                    return_stats or check)
             _check_divergence(residual if check else None, cfg)
-            return (h, NewtonStats(residual)) if return_stats else h
+            return (h, _operator_stats(residual, stats)) if return_stats else h
     _check_general_path_config(cfg)
-    h, residual = _user_cell.solve(layout, x, h0, cfg, return_stats)
+    h, residual, iterations = _user_cell.solve(layout, x, h0, cfg, return_stats)
     _check_divergence(residual, cfg)
-    return (h, NewtonStats(residual)) if return_stats else h
+    return (h, _general_path_stats(residual, iterations)) if return_stats else h
 
 
 def _check_divergence(residual, cfg):
@@ -780,9 +817,10 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
     # The built-in cells solve outside autocast, as their operators do; a cell of your own as it is alone.
     precision = torch.autocast(device_type=device.type, enabled=False) if builtin else contextlib.nullcontext()
     with precision:
-        h, residual = _user_cell.solve(layout, x_solved, h0, cfg, return_stats, _distributed.NewtonSlices(slices))
+        h, residual, iterations = _user_cell.solve(layout, x_solved, h0, cfg, return_stats,
+                                                   _distributed.NewtonSlices(slices))
     _check_divergence(residual, cfg)
     if builtin and isinstance(cell, ParaLSTM):
         h, c = h[:, :, 1], h[:, :, 0]
         h = (h, c) if return_cell_state else h
-    return (h, NewtonStats(residual)) if return_stats else h
+    return (h, _general_path_stats(residual, iterations)) if return_stats else h

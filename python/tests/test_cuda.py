@@ -96,7 +96,6 @@ def test_the_extensions_of_a_cuda_build_are_cuda_sources():
     assert any(flag.startswith("-gencode=arch=compute_") for flag in settings.compile_flags)
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_auto_in_a_cuda_build_takes_the_general_path_and_says_why(device):
     from paraseq import NewtonConfig, newton_apply, odeint
     from test_user_functions import DiagonalCell, VanDerPol, cell_case

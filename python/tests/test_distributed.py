@@ -175,7 +175,8 @@ def run_newton(group, cell, x, h0, w, split, gru_or_lstm=False):
     if gru_or_lstm:
         h = cell(x_r, h0_r, process_group=group)
     else:
-        h, (residual,) = newton_apply(cell, x_r, USER_CONFIG, h0=h0_r, return_stats=True, process_group=group)
+        h, stats = newton_apply(cell, x_r, USER_CONFIG, h0=h0_r, return_stats=True, process_group=group)
+        residual = stats.residual
     (h * piece(w, split, me)).sum().backward()
     h0_leaves = (h0_r if isinstance(h0_r, tuple) else (h0_r,)) if h0_r is not None else ()
     return {"h": h.detach(), "grad_x": x_r.grad, "grad_h0": grads(h0_leaves),
@@ -340,7 +341,8 @@ def test_distributed_scan_equals_one_process(ranks, structure, reverse):
 def test_distributed_newton_of_a_user_cell_equals_one_process(ranks, kind):
     cell, x, h0, w = user_cell_case(kind, 20)
     x, h0 = leaf(x), leaf(h0)
-    h, (residual,) = newton_apply(cell, x, USER_CONFIG, h0=h0, return_stats=True, compile=False)
+    h, stats = newton_apply(cell, x, USER_CONFIG, h0=h0, return_stats=True, compile=False)
+    residual = stats.residual
     (h * w).sum().backward()
     params = [p.grad for p in cell.parameters()]
     check_newton(ranks, ("user", kind), h.detach(), x.grad, [h0.grad], params)

@@ -103,6 +103,10 @@ def test_opcheck(device):
     h0 = torch.rand(2, 3, device=device)
     torch.library.opcheck(torch.ops.paraseq.para_gru, (u, a, h0, op_config(), True))
     torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, a, p, None, op_config(), False))
+    # The stats output and the fused mode's early exit.
+    early_fused = op_config(max_iters=20, residual_atol=1e-5, scan_backend="fused")
+    torch.library.opcheck(torch.ops.paraseq.para_gru, (u, a, h0, early_fused, True))
+    torch.library.opcheck(torch.ops.paraseq.para_lstm, (u, a, p, None, early_fused, True))
     h = torch.ops.paraseq.para_gru(u, a, h0, op_config(), False)[0].detach()
     torch.library.opcheck(torch.ops.paraseq.para_gru_backward, (u.detach(), a.detach(), h0, h, torch.randn_like(h)))
     state = torch.ops.paraseq.para_lstm(u, a, p, None, op_config(), False)[0].detach()
@@ -293,6 +297,103 @@ def stiff_gru(device):
     return cell, torch.randn(4, 64, 4, device=device)
 
 
+def gru_residual(cell, x, h):
+    """max over t and channels of |h_t - f(h_{t-1}, x_t)| per batch element (h_{-1} = 0), from the
+    reference equations."""
+    u = x @ cell.in_proj.weight.T + cell.in_proj.bias
+    H = cell.hidden_size
+    previous = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
+    z = torch.sigmoid(cell.recurrent[0] * previous + u[..., :H])
+    r = torch.sigmoid(cell.recurrent[1] * previous + u[..., H:2 * H])
+    c = torch.tanh(cell.recurrent[2] * previous * r + u[..., 2 * H:])
+    return (h - (previous + z * (c - previous))).abs().flatten(1).amax(1)
+
+
+def lstm_residual(cell, x, h, c):
+    """The same for ParaLSTM's state (h, c) (h_{-1} = c_{-1} = 0)."""
+    u = x @ cell.in_proj.weight.T + cell.in_proj.bias
+    H = cell.hidden_size
+    (a_f, a_c, a_o), (p_f, p_o) = cell.recurrent, cell.peephole
+    h_prev, c_prev = (torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], 1) for v in (h, c))
+    f = torch.sigmoid(a_f * h_prev + p_f * c_prev + u[..., :H])
+    c_step = f * c_prev + (1 - f) * torch.tanh(a_c * h_prev + u[..., H:2 * H])
+    h_step = torch.sigmoid(a_o * h_prev + p_o * c_step + u[..., 2 * H:]) * torch.tanh(c_step)
+    return torch.maximum((h - h_step).abs().flatten(1).amax(1), (c - c_step).abs().flatten(1).amax(1))
+
+
+def solved_with_stats(cell, x, config):
+    """(h, the residual of h from the reference equations, NewtonStats) of newton_apply."""
+    if isinstance(cell, ParaGRU):
+        h, stats = newton_apply(cell, x, config, return_stats=True)
+        return h, gru_residual(cell, x, h), stats
+    (h, c), stats = newton_apply(cell, x, config, return_stats=True, return_cell_state=True)
+    return h, lstm_residual(cell, x, h, c), stats
+
+
+CELLS = {"ParaGRU": lambda: ParaGRU(4, 6), "ParaLSTM": lambda: ParaLSTM(4, 6)}
+
+
+@pytest.mark.parametrize("cell_name", CELLS)
+@pytest.mark.parametrize("backend", ["fused", "newton", "sequential"])
+def test_stats_report_the_iterations_and_the_mode_that_ran(device, cell_name, backend):
+    cell = CELLS[cell_name]().to(device, torch.float64)
+    x = small_inputs(cell)
+    h, residual, stats = solved_with_stats(cell, x, NewtonConfig(max_iters=5, residual_fail=None,
+                                                                 scan_backend=backend))
+    assert stats.backend == backend
+    assert type(stats.iterations) is int and stats.iterations == (0 if backend == "sequential" else 5)
+    assert torch.allclose(stats.residual, residual, rtol=0, atol=1e-14)
+    # "auto" reports the mode it chose, which reproduces its result bitwise.
+    auto_h, _, auto_stats = solved_with_stats(cell, x, NewtonConfig(max_iters=5, residual_fail=None))
+    assert auto_stats.backend in ("fused", "newton", "sequential")
+    chosen_h, _, _ = solved_with_stats(cell, x, NewtonConfig(max_iters=5, residual_fail=None,
+                                                             scan_backend=auto_stats.backend))
+    assert torch.equal(auto_h, chosen_h)
+
+
+@pytest.mark.parametrize("cell_name", CELLS)
+@pytest.mark.parametrize("backend", ["fused", "newton"])
+def test_residual_atol_stops_early_and_the_result_is_within_it(device, cell_name, backend):
+    """The fused mode stops each window on the device, the newton mode the whole sequence after a
+    host read: either way fewer iterations than max_iters, a result whose residual (from the
+    reference equations) is within atol and that matches the float64 loop; bitwise repeatable."""
+    cell = CELLS[cell_name]().to(device, torch.float64)
+    x = small_inputs(cell)
+    expected = gru_loop(cell, x) if isinstance(cell, ParaGRU) else lstm_loop(cell, x)[0]
+    fixed = NewtonConfig(max_iters=30, residual_fail=None, scan_backend=backend)
+    _, _, fixed_stats = solved_with_stats(cell, x, fixed)
+    assert fixed_stats.iterations == 30
+    early = NewtonConfig(max_iters=30, residual_atol=1e-10, residual_fail=None, scan_backend=backend)
+    h, residual, stats = solved_with_stats(cell, x, early)
+    assert stats.backend == backend and 1 <= stats.iterations < 30
+    assert residual.max() <= 1e-10 and stats.residual.max() <= 1e-10
+    assert (h - expected).abs().max() <= 1e-9
+    again, _, again_stats = solved_with_stats(cell, x, early)
+    assert torch.equal(again, h) and again_stats.iterations == stats.iterations
+    # A looser atol stops no later.
+    _, _, loose_stats = solved_with_stats(cell, x, NewtonConfig(max_iters=30, residual_atol=1e-3, residual_fail=None,
+                                                                scan_backend=backend))
+    assert loose_stats.iterations <= stats.iterations
+
+
+def test_compiled_stats_are_tensors_and_residual_atol_runs_the_fixed_iterations(device):
+    """Under torch.compile (fullgraph, no graph break) the stats are int64 tensors of the graph, and
+    residual_atol's early stop is skipped: the compiled solve runs max_iters, as compile_safe_config."""
+    cell = ParaGRU(4, 6).to(device, torch.float64)
+    x = small_inputs(cell)
+    config = NewtonConfig(max_iters=7, residual_atol=1e-3, residual_fail=None, scan_backend="fused")
+    solve = lambda z: newton_apply(cell, z, config, return_stats=True)
+    assert graph_break_count(solve, x) == 0
+    h, stats = torch.compile(solve, fullgraph=True)(x)
+    assert stats.iterations.dtype == torch.int64 and int(stats.iterations) == 7
+    assert stats.backend.dtype == torch.int64 and int(stats.backend) == 2  # "fused" in ("auto", "newton", "fused", ...)
+    fixed_h, fixed_stats = newton_apply(cell, x, NewtonConfig(max_iters=7, residual_fail=None, scan_backend="fused"),
+                                        return_stats=True)
+    assert torch.equal(h, fixed_h) and torch.equal(stats.residual, fixed_stats.residual)
+    _, eager_stats = solve(x)
+    assert eager_stats.iterations < 7 and eager_stats.backend == "fused"
+
+
 def test_a_diverged_solve_is_refused_by_default(device):
     cell, x = stiff_gru(device)
     with pytest.raises(NewtonDivergenceError, match="did not converge") as raised:
@@ -458,7 +559,7 @@ def test_every_packed_setting_changes_the_solve(device):
     u = x @ cell.in_proj.weight.T + cell.in_proj.bias
     exact = gru_loop(cell, x)
     solve = lambda config: torch.ops.paraseq.para_gru(u, cell.recurrent, None, config, True)
-    one, one_residual = solve([1, 1, 1.0, -1, -1, 0, 0, 1])
+    one, one_residual, _ = solve([1, 1, 1.0, -1, -1, 0, 0, 1])
     assert (one - exact).abs().max() > 1e-6 and one_residual.max() > 1e-6
     assert (solve([1, 1, 1.0, -1, -1, 0, 0, 3])[0] - exact).abs().max() <= 1e-12
     assert not torch.equal(solve([1, 1, 0.5, -1, -1, 0, 0, 1])[0], one)
@@ -472,7 +573,7 @@ def test_the_operator_reports_a_divergence_as_data_or_raises_without_the_residua
     cell, x = stiff_gru(device)
     u = (x @ cell.in_proj.weight.T + cell.in_proj.bias).detach()
     config = [1, 3, 1.0, -1, 1e-3, 0, 0, 1]  # residual_fail 1e-3 in the solver
-    h, residual = torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, True)
+    h, residual, _ = torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, True)
     assert residual.shape == (4,) and residual.max() > 1e-3
     with pytest.raises(RuntimeError, match=r"para_gru: .*did not converge.*\(NewtonDivergenceError\)"):
         torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, False)

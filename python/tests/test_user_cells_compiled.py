@@ -37,12 +37,30 @@ def test_compiled_equals_the_loop_and_the_general_path_in_double(cell_type, back
     assert (h - expected).abs().max() <= 1e-10
     assert (h - general).abs().max() <= 1e-10
     assert stats.residual.shape == (2,) and stats.residual.dtype == torch.float64 and stats.residual.max() <= 1e-10
+    assert stats.backend == backend if backend != "auto" else stats.backend in ("newton", "fused", "sequential")
+    assert stats.iterations == (0 if stats.backend == "sequential" else 30)
     weight = torch.randn_like(expected)
     inputs = [x, h0] + list(cell.parameters())
     for got, wanted, general_grad in zip(gradients(h, inputs, weight), gradients(expected, inputs, weight),
                                          gradients(general, inputs, weight)):
         torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
         torch.testing.assert_close(got, general_grad, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("backend", ["newton", "fused"])
+def test_compiled_path_residual_atol_stops_early(backend):
+    """The fused mode's windows and the newton mode stop before max_iters, within atol (the
+    residual from cell.step in a loop), bitwise repeatable."""
+    cell, x, h0 = cell_case(DiagonalCell, "cpu")
+    x, h0 = x.detach(), h0.detach()
+    cfg = NewtonConfig(max_iters=30, residual_atol=1e-10, residual_fail=None, scan_backend=backend)
+    h, stats = newton_apply(cell, x, cfg, h0=h0, return_stats=True, compile=True)
+    assert stats.backend == backend and 1 <= stats.iterations < 30
+    with torch.no_grad():
+        assert (h - cell.step(torch.cat([h0.unsqueeze(1), h[:, :-1]], 1), x)).abs().max() <= 1e-10
+    assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-9
+    again, again_stats = newton_apply(cell, x, cfg, h0=h0, return_stats=True, compile=True)
+    assert torch.equal(again, h) and again_stats.iterations == stats.iterations
 
 
 def test_auto_is_the_compiled_path_and_two_calls_are_bitwise_equal(monkeypatch):
@@ -151,7 +169,9 @@ def test_opcheck_of_the_generated_operators():
     config = CONVERGED._operator_config(True)
     torch.library.opcheck(ext.newton, (u, params, state0, config, True))
     torch.library.opcheck(ext.newton, (u, params, None, config, False))
-    h, _ = ext.newton(u.detach(), params.detach(), state0.detach(), config, False)
+    early_fused = NewtonConfig(max_iters=30, residual_atol=1e-8, residual_fail=None, scan_backend="fused")
+    torch.library.opcheck(ext.newton, (u, params, state0, early_fused._operator_config(True), True))
+    h = ext.newton(u.detach(), params.detach(), state0.detach(), config, False)[0]
     grad_h = torch.randn_like(h)
     torch.library.opcheck(ext.backward, (u.detach(), params.detach(), state0.detach(), h, grad_h))
 

@@ -126,6 +126,28 @@ def test_user_cells_compile_without_graph_breaks_and_equal_eager(device, cell_ty
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
 
 
+def test_general_path_stats_report_its_iterations_and_the_newton_mode(device):
+    """residual_atol stops the general path before max_iters with a residual (from cell.step in a
+    loop) within it; under torch.compile (no graph break) it runs max_iters, reported as tensors."""
+    cell, x, h0 = cell_case(DiagonalCell, device)
+    x, h0 = x.detach(), h0.detach()
+    expected = cell_loop(cell, x, h0)
+    h, stats = newton_apply(cell, x, NewtonConfig(max_iters=30, residual_fail=None), h0=h0, return_stats=True,
+                            compile=False)
+    assert stats.iterations == 30 and stats.backend == "newton"
+    early = NewtonConfig(max_iters=30, residual_atol=1e-10, residual_fail=None)
+    h, stats = newton_apply(cell, x, early, h0=h0, return_stats=True, compile=False)
+    assert type(stats.iterations) is int and 1 <= stats.iterations < 30 and stats.backend == "newton"
+    previous = torch.cat([h0.unsqueeze(1), h[:, :-1]], 1)
+    with torch.no_grad():
+        assert (h - cell.step(previous, x)).abs().max() <= 1e-10
+    assert (h - expected).abs().max() <= 1e-9
+    solve = lambda x, h0: newton_apply(cell, x, early, h0=h0, return_stats=True, compile=False)
+    assert graph_break_count(solve, x, h0) == 0
+    _, compiled_stats = torch.compile(solve, fullgraph=True, backend="aot_eager")(x, h0)
+    assert int(compiled_stats.iterations) == 30 and int(compiled_stats.backend) == 1  # "newton"
+
+
 @pytest.mark.parametrize("loss", [torch.sum, lambda h: h.square().sum()], ids=["linear", "square"])
 def test_user_cell_second_derivatives_raise(device, loss):
     """Also when the loss is linear, so that its gradient does not depend on h."""

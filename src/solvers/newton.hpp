@@ -29,13 +29,16 @@
 //   fused       one kernel; each team takes a tile of groups and walks the sequence in windows of W
 //               steps: each thread reads its chunk of the window's u once into registers, the team
 //               runs all K iterations on chip (the window's linear solves are the scan's compose /
-//               carry / re-run, maps exchanged in scratch), and writes h once. The state entering a window is the converged end of the previous one:
-//               for T <= W this is Newton on the whole sequence; for T > W each window is a shorter
-//               Newton problem with an exact (converged) start.
+//               carry / re-run, maps exchanged in scratch), and writes h once. The state entering a
+//               window is the final state of the previous one: for T <= W this is Newton on the
+//               whole sequence; for T > W each window is a shorter Newton problem from that start.
+//               With residual_atol a window stops once its own max |F| <= atol (early exit: one
+//               team reduction per iteration, newton_fused.hpp); stats.iterations is then the most
+//               iterations any window ran.
 //   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
 //               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
-//               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian, no
-//               residual_atol, no Picard) and, on a host, the sequence fits one window or, on a
+//               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian,
+//               no Picard) and, on a host, the sequence fits one window or, on a
 //               device, B x groups x 1536 >= space.concurrency(); otherwise newton.
 //
 // Non-finite inputs: a NaN or Inf in u at step t makes h of that batch element non-finite from t
@@ -76,10 +79,10 @@ double newton_work_ratio(const NewtonConfig& config) {
   return on_host ? 2.5 * std::max(1, config.max_iters) : 1.0;
 }
 
-// Whether the fused kernel can run the config: exact Jacobian, fixed iteration count, no Picard sweeps.
+// Whether the fused kernel can run the config: exact Jacobian, no Picard sweeps (residual_atol stops
+// each window on its own: newton_fused.hpp).
 inline bool is_fusable(const NewtonConfig& config) {
-  return config.jacobian == NewtonJacobian::exact && !config.residual_atol && config.picard_iters == 0 &&
-         !config.picard_adapt;
+  return config.jacobian == NewtonJacobian::exact && config.picard_iters == 0 && !config.picard_adapt;
 }
 
 template <class Cell, class Acc, class ExecSpace>
@@ -204,8 +207,8 @@ inline void check_newton_config(const NewtonConfig& config) {
   if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
     bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
   if (config.mode == NewtonMode::fused && !is_fusable(config))
-    bad("mode", "fused together with quasi, residual_atol or Picard sweeps",
-        "the fused mode only with the exact Jacobian, a fixed iteration count and no Picard sweeps");
+    bad("mode", "fused together with the quasi Jacobian or Picard sweeps",
+        "the fused mode only with the exact Jacobian and no Picard sweeps (picard_iters = 0, picard_adapt false)");
 }
 
 // The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
@@ -334,10 +337,14 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
                              Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),
                              sequential_t{cell, u, out, h0, T, shape.groups, d});
     } else {
-      if constexpr (compiles(Modes, CompiledNewtonModes::fused)) fused_newton<Acc>(space, cell, u, out, h0, config, shape);
       iterations = config.max_iters;
+      if constexpr (compiles(Modes, CompiledNewtonModes::fused)) {
+        // With residual_atol the windows stop early; their count is read only when it is reported.
+        const auto iterations_run = fused_newton<Acc>(space, cell, u, out, h0, config, shape);
+        if (iterations_run.data() && (stats || config.residual_fail)) iterations = read_count_on_host(space, iterations_run);
+      }
     }
-    if (residual.data()) residual_of(result);
+    if (stats || config.residual_fail) residual_of(result);
     if (config.residual_fail) checked_residual = read_residual_on_host(space, residual);
   } else {
     if constexpr (compiles_newton_scans(Modes)) {

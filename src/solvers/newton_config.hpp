@@ -3,9 +3,10 @@
 //
 // The solver computes h_t = f(h_{t-1}, u_t), t = 0 .. T-1, for all t at once by Newton's method on
 // the residual F_t(h) = h_t - f(h_{t-1}, u_t). Each iteration is one linear recurrence (a scan).
-// Host synchronisation: the solver reads device data on the host only to decide something (stop
-// early, retry, throw). Those reads happen only when residual_atol, residual_fail or picard_adapt
-// is set; every one goes through detail::read_residual_on_host, which counts it (newton_host_syncs).
+// Host synchronisation: the solver reads device data on the host only to decide or report
+// something (stop early, retry, throw, the fused mode's iteration count). Those reads happen only
+// when residual_atol, residual_fail or picard_adapt is set; every one goes through
+// detail::read_residual_on_host or detail::read_count_on_host, which count it (newton_host_syncs).
 
 #include <paraseq/core/ordered_scan.hpp>
 
@@ -66,7 +67,10 @@ constexpr bool compiles(CompiledNewtonModes set, CompiledNewtonModes families) {
 struct NewtonConfig {
   int max_iters = 3;                   // Newton iterations (fewer only when residual_atol stops early)
   double omega = 1.0;                  // damping: h <- h + omega * delta, 0 < omega <= 1
-  std::optional<double> residual_atol; // stop once max |F| <= atol (one host read per iteration)
+  // Stop once max |F| <= atol. The newton mode reads max |F| on the host after every iteration; the
+  // fused mode decides on the device, window by window (newton_fused.hpp), and reads nothing on the
+  // host but its iteration count when stats are asked for or residual_fail is set.
+  std::optional<double> residual_atol;
   std::optional<double> residual_fail; // throw NewtonDivergenceError if max |F| exceeds it at the end
   int picard_iters = 0;                // fixed-point sweeps h_t <- f(h_{t-1}, u_t) before Newton
   bool picard_adapt = false;           // on a failed residual check, restart with more Picard sweeps
@@ -101,7 +105,9 @@ inline bool is_compile_safe(const NewtonConfig& config) {
 // filled on the device (one extra residual pass) and read only if the caller reads them.
 template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct NewtonStats {
-  int iterations = 0;    // Newton iterations run (0 in sequential mode)
+  // Newton iterations run (0 in sequential mode); in fused mode with residual_atol, the most that any
+  // window ran (its windows stop on their own).
+  int iterations = 0;
   int picard_sweeps = 0; // Picard sweeps run before the last Newton attempt
   NewtonMode mode = NewtonMode::automatic; // the mode that ran
   Kokkos::View<double*, MemorySpace> residual; // [B]: max over t and channels of |F_t(h)| at the result

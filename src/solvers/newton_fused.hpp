@@ -14,6 +14,15 @@
 //            start is exact) and re-runs its steps from there, updating its iterate in place;
 //   publish  each thread's new last state is what the next thread linearises at.
 // Team scratch holds only the maps, those boundary states and the carry.
+//
+// Early exit (NewtonConfig::residual_atol): the compose phase forms F_t = f(h_{t-1}, u_t) - h_t of
+// the current iterate at every step of the window anyway; with atol set each thread also checks
+// |F_t| <= atol over its steps and channels, and one team reduction per iteration tells the team
+// whether the whole window (its batch element, its tile of groups, the window's steps, from the
+// state the previous window ended in) is within atol. If it is, the window stops before its update:
+// its iterate is final, with max |F| <= atol. Each window decides from its own data alone, so the
+// result does not depend on the other teams (bitwise repeatable). Without atol the check is a branch
+// that is never taken. The most iterations any window ran is an atomic max into a device scalar.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/ordered_scan.hpp>
@@ -154,6 +163,10 @@ struct FusedNewton {
   Acc omega;
   InitialGuess guess;
   int tiles;
+  bool early_exit;   // residual_atol is set: a window stops once its max |F| <= atol
+  double atol;
+  // With early_exit: the most iterations any window ran (atomic max; 0 on entry). Empty otherwise.
+  Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
@@ -175,15 +188,20 @@ struct FusedNewton {
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
     // A window in which every thread holds a full chunk (the same decision for the whole team)
     // runs without the per-step guards, so the compiler can interleave the steps' independent work.
+    int most = 0; // the most iterations a window of this team ran (the same on every thread)
     for (int start = 0; start < shape.steps; start += plan.window) {
-      if (plan.chunk_length == Capacity && start + plan.window <= shape.steps) run_window<true>(team, me, shared, start);
-      else run_window<false>(team, me, shared, start);
+      const int ran = plan.chunk_length == Capacity && start + plan.window <= shape.steps
+                          ? run_window<true>(team, me, shared, start)
+                          : run_window<false>(team, me, shared, start);
+      most = Kokkos::max(most, ran);
     }
+    if (early_exit && team.team_rank() == 0) Kokkos::atomic_max(&iterations_run(), most);
   }
 
+  // Runs one window; returns the iterations it ran (fewer than `iterations` after an early exit).
   template <bool Full>
-  KOKKOS_INLINE_FUNCTION void run_window(const member_type& team, const FusedThread& me, const Scratch& shared,
-                                         int start) const {
+  KOKKOS_INLINE_FUNCTION int run_window(const member_type& team, const FusedThread& me, const Scratch& shared,
+                                        int start) const {
     const int d = fused_group_size<Cell>(shape);
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
@@ -234,11 +252,15 @@ struct FusedNewton {
     }
     team.team_barrier();
 
+    int ran = iterations;
     for (int iteration = 0; iteration < iterations; ++iteration) {
       if (working)
         for (int i = 0; i < d; ++i) entering[i] = p == 0 ? shared.carry[i] : boundary_of(p - 1)[i];
-      // Compose. The last thread's map is never used: it linearises only to fill its cache.
-      if (working && (Cached || p < active - 1)) {
+      // Whether |F| <= atol at this thread's steps and channels (NaN is not); checked with early_exit.
+      int within = 1;
+      // Compose. The last thread's map is never used: it linearises only to fill its cache, or to
+      // check its residual.
+      if (working && (Cached || p < active - 1 || early_exit)) {
         Acc map[MapSize];
         map_identity<Acc, D>(d, map);
         PARASEQ_UNROLL
@@ -247,6 +269,8 @@ struct FusedNewton {
           Acc f[D], J[D * D];
           cell.linearize(g, s == 0 ? entering : x[s - 1], in[s], f, J);
           map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
+          if (early_exit)
+            for (int i = 0; i < d; ++i) within &= int(double(Kokkos::fabs(f[i] - x[s][i])) <= atol);
           if constexpr (Cached) {
             for (int i = 0; i < d; ++i) cached_f[s][i] = f[i];
             for (int i = 0; i < d * d; ++i) cached_J[s][i] = J[i];
@@ -256,6 +280,15 @@ struct FusedNewton {
           for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
       }
       team.team_barrier();
+      // Early exit: the iterate is final when the whole window is within atol. The scratch this
+      // iteration read is not written again before the next window's first barrier.
+      if (early_exit) {
+        team.team_reduce(Kokkos::Min<int, ExecSpace>(within));
+        if (within) {
+          ran = iteration;
+          break;
+        }
+      }
       // Re-run: delta enters thread p through the maps of threads 0 .. p-1.
       if (working) {
         Acc delta[D] = {}, next[D], previous[D];
@@ -299,6 +332,7 @@ struct FusedNewton {
       }
       if (p == active - 1) publish_last(shared.carry);
     }
+    return ran;
   }
 };
 
@@ -336,18 +370,28 @@ void launch_fused(const char* label, const ExecSpace& space, int league, const F
                        functor);
 }
 
+// Runs the fused mode. With config.residual_atol, returns a device scalar that holds the most
+// iterations any window ran once the kernel is done (read it with read_count_on_host); without, an
+// empty View: every window runs config.max_iters.
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
-void fused_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
-                  const NewtonConfig& config, const ScanShape& shape) {
-  if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
+Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace& space, const Cell& cell,
+                                                                 const UView& u, const HView& h, const H0View& h0,
+                                                                 const NewtonConfig& config, const ScanShape& shape) {
+  Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
+  if (config.residual_atol)
+    iterations_run = Kokkos::View<int, typename ExecSpace::memory_space>(
+        Kokkos::view_alloc(space, "paraseq::newton_fused_iterations"));
+  if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return iterations_run;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
   auto functor_for = [&](const FusedPlan& chosen) {
     return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>{
-        cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles};
+        cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles,
+        bool(config.residual_atol), config.residual_atol.value_or(0), iterations_run};
   };
   plan = fit_fused_plan<Acc>(space, plan, league, config, functor_for(plan));
   launch_fused<Acc>("paraseq::newton_fused", space, league, functor_for(plan));
+  return iterations_run;
 }
 
 } // namespace paraseq::detail

@@ -275,7 +275,8 @@ struct LargestResidual {
   }
 };
 
-// The only place the solver reads device data on the host: the largest residual of the batch.
+// The solver reads device data on the host in these two functions only: the largest residual of
+// the batch, and a count (the fused mode's iterations under residual_atol).
 template <class ExecSpace, class MemorySpace>
 double read_residual_on_host(const ExecSpace& space, const Kokkos::View<double*, MemorySpace>& residual) {
   ++newton_host_sync_counter();
@@ -284,6 +285,15 @@ double read_residual_on_host(const ExecSpace& space, const Kokkos::View<double*,
                           LargestResidual<MemorySpace>{residual}, Kokkos::Max<double>(largest));
   space.fence("paraseq::newton_solve: read the residual");
   return largest;
+}
+
+template <class ExecSpace, class MemorySpace>
+int read_count_on_host(const ExecSpace& space, const Kokkos::View<int, MemorySpace>& count) {
+  ++newton_host_sync_counter();
+  int value = 0;
+  Kokkos::deep_copy(space, value, count);
+  space.fence("paraseq::newton_solve: read the iteration count");
+  return value;
 }
 
 // out(p) = sum over rows r of partial(r, p), rows in order: a reduction without atomics.

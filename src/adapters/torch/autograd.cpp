@@ -165,8 +165,8 @@ at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const 
 }
 
 // ---- ParaGRU / ParaLSTM Newton solves ------------------------------------------------------------
-// The packed solver config and with_residual are passed through; the residual output is a
-// diagnostic (max |F| per batch element), not differentiable.
+// The packed solver config and with_residual are passed through; the residual and stats outputs
+// are diagnostics (max |F| per batch element; iterations and mode), not differentiable.
 
 const auto& para_gru_backward_op() { return operator_handle<para_gru_backward>("paraseq::para_gru_backward"); }
 const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>("paraseq::para_lstm_backward"); }
@@ -213,11 +213,11 @@ para_lstm_backward_autograd(const at::Tensor& u, const at::Tensor& a, const at::
 struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a,
                                const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config, bool with_residual) {
-    const auto [h, residual] = call_below_autograd(para_gru_op(), u, a, h0, config, with_residual);
+    const auto [h, residual, stats] = call_below_autograd(para_gru_op(), u, a, h0, config, with_residual);
     ctx->saved_data["has_h0"] = h0.has_value();
     ctx->save_for_backward({u, a, h0.value_or(at::Tensor()), h});
-    ctx->mark_non_differentiable({residual});
-    return {h, residual};
+    ctx->mark_non_differentiable({residual, stats});
+    return {h, residual, stats};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -228,9 +228,9 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> para_gru_autograd(const at::Tensor& u, const at::Tensor& a,
-                                                     const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
-                                                     bool with_residual) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_autograd(const at::Tensor& u, const at::Tensor& a,
+                                                                 const std::optional<at::Tensor>& h0,
+                                                                 c10::ArrayRef<double> config, bool with_residual) {
   return run_with_autograd<ParaGruFunction>(para_gru_op(), u, a, h0, config, with_residual);
 }
 
@@ -238,11 +238,11 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
                                const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
                                bool with_residual) {
-    const auto [state, residual] = call_below_autograd(para_lstm_op(), u, a, p, state0, config, with_residual);
+    const auto [state, residual, stats] = call_below_autograd(para_lstm_op(), u, a, p, state0, config, with_residual);
     ctx->saved_data["has_state0"] = state0.has_value();
     ctx->save_for_backward({u, a, p, state0.value_or(at::Tensor()), state});
-    ctx->mark_non_differentiable({residual});
-    return {state, residual};
+    ctx->mark_non_differentiable({residual, stats});
+    return {state, residual, stats};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -254,9 +254,10 @@ struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                                      const std::optional<at::Tensor>& state0,
-                                                      c10::ArrayRef<double> config, bool with_residual) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm_autograd(const at::Tensor& u, const at::Tensor& a,
+                                                                  const at::Tensor& p,
+                                                                  const std::optional<at::Tensor>& state0,
+                                                                  c10::ArrayRef<double> config, bool with_residual) {
   return run_with_autograd<ParaLstmFunction>(para_lstm_op(), u, a, p, state0, config, with_residual);
 }
 

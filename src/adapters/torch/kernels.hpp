@@ -17,14 +17,16 @@ at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::opti
                        const std::string& structure, bool reverse);
 
 // config: the packed NewtonConfig of the schema (newton_ops.hpp, newton_config_from_list).
-std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
-                                            c10::ArrayRef<double> config, bool with_residual);
+// Returns (h, residual, stats), as the schema in library.cpp describes.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a,
+                                                        const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
+                                                        bool with_residual);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tensor& u, const at::Tensor& a,
                                                                  const std::optional<at::Tensor>& h0, const at::Tensor& h,
                                                                  const at::Tensor& grad_h);
-std::tuple<at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                             const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
-                                             bool with_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                                                         const std::optional<at::Tensor>& state0,
+                                                         c10::ArrayRef<double> config, bool with_residual);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p, const std::optional<at::Tensor>& state0,
                    const at::Tensor& state, const at::Tensor& grad_state);

@@ -12,14 +12,18 @@ TORCH_LIBRARY(paraseq, m) {
   // Newton solves of ParaGRU (state [B,T,H]) and ParaLSTM (state [B,T,2H], channels (c, h) interleaved)
   // from pre-projected inputs u [B,T,3H]. config: the solver settings packed in one list,
   // paraseq.NewtonConfig's layout (newton_ops.hpp, newton_config_from_list). residual: max |F| per
-  // batch element ([B], float64) when with_residual, else empty. A solve that fails the config's
-  // residual_fail check raises when with_residual is False; with with_residual it returns, and
-  // the caller checks the residual (paraseq.newton_apply raises paraseq.NewtonDivergenceError).
-  m.def("para_gru(Tensor u, Tensor a, Tensor? h0, float[] config, bool with_residual) -> (Tensor h, Tensor residual)");
+  // batch element ([B], float64) when with_residual, else empty; stats: [2] int64 on u's device
+  // when with_residual, else empty: the Newton iterations run (the fused mode's most over its
+  // windows) and the mode that ran as its scan_backend index (1 newton, 2 fused, 3 sequential).
+  // A solve that fails the config's residual_fail check raises when with_residual is False; with
+  // with_residual it returns, and the caller checks the residual (paraseq.newton_apply raises
+  // paraseq.NewtonDivergenceError).
+  m.def("para_gru(Tensor u, Tensor a, Tensor? h0, float[] config, bool with_residual) "
+        "-> (Tensor h, Tensor residual, Tensor stats)");
   m.def("para_gru_backward(Tensor u, Tensor a, Tensor? h0, Tensor h, Tensor grad_h) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_h0)");
   m.def("para_lstm(Tensor u, Tensor a, Tensor p, Tensor? state0, float[] config, bool with_residual) "
-        "-> (Tensor state, Tensor residual)");
+        "-> (Tensor state, Tensor residual, Tensor stats)");
   m.def("para_lstm_backward(Tensor u, Tensor a, Tensor p, Tensor? state0, Tensor state, Tensor grad_state) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_p, Tensor grad_state0)");
   // N trajectories of a built-in field observed at the times t: returns [N, len(t), n].

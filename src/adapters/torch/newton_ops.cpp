@@ -71,8 +71,7 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
   result.residual_fail = packed.threshold(4);
   result.picard_iters = packed.integer(5, 0, int_max, count);
   result.picard_adapt = packed.integer(6, 0, 1, "0 (False) or 1 (True)") == 1;
-  constexpr NewtonMode modes[] = {NewtonMode::automatic, NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential};
-  result.mode = modes[packed.integer(7, 0, 3, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\") or 3 (\"sequential\")")];
+  result.mode = scan_backend_modes[packed.integer(7, 0, 3, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\") or 3 (\"sequential\")")];
   return result;
 }
 
@@ -132,15 +131,17 @@ std::vector<at::Tensor> prepared_params(const std::vector<at::Tensor>& params) {
 }
 
 template <class MakeCell>
-std::tuple<at::Tensor, at::Tensor> solve(const char* op, const at::Tensor& u, const std::vector<at::Tensor>& params,
-                                         const std::optional<at::Tensor>& h0, int64_t state_size,
-                                         const NewtonConfig& config, bool with_residual) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> solve(const char* op, const at::Tensor& u,
+                                                     const std::vector<at::Tensor>& params,
+                                                     const std::optional<at::Tensor>& h0, int64_t state_size,
+                                                     const NewtonConfig& config, bool with_residual) {
   NewtonTensors tensors;
   tensors.u = prepared(u), tensors.params = params, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
   tensors.h = at::empty({u.size(0), u.size(1), state_size}, tensors.u.options());
   tensors.residual = at::empty({with_residual ? u.size(0) : 0}, u.options().dtype(at::kDouble));
+  tensors.stats = at::empty({with_residual ? 2 : 0}, u.options().dtype(at::kLong));
   dispatch_float(tensors.u.scalar_type(), [&](auto zero) { newton_forward<MakeCell, decltype(zero)>(op, tensors, config); });
-  return {tensors.h.to(u.scalar_type()), tensors.residual};
+  return {tensors.h.to(u.scalar_type()), tensors.residual, tensors.stats};
 }
 
 // Returns (du, dparams as [rows, H] each, dh0); h and grad_h are checked by the caller.
@@ -175,8 +176,9 @@ constexpr const char* lstm_backward_op = "paraseq::para_lstm_backward";
 
 } // namespace
 
-std::tuple<at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a, const std::optional<at::Tensor>& h0,
-                                            c10::ArrayRef<double> config, bool with_residual) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a,
+                                                        const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,
+                                                        bool with_residual) {
   const CellShapes shapes = checked_cell(gru_op, u, {"a"}, {a});
   if (h0) shapes.check_initial("h0", *h0);
   const NewtonConfig solver_config = newton_config_from_list(gru_op, config);
@@ -196,9 +198,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tenso
   return {grads[0], grads[1], grads[2]};
 }
 
-std::tuple<at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
-                                             const std::optional<at::Tensor>& state0, c10::ArrayRef<double> config,
-                                             bool with_residual) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
+                                                         const std::optional<at::Tensor>& state0,
+                                                         c10::ArrayRef<double> config, bool with_residual) {
   const CellShapes shapes = checked_cell(lstm_op, u, {"a", "p"}, {a, p});
   if (state0) shapes.check_initial("state0", *state0);
   const NewtonConfig solver_config = newton_config_from_list(lstm_op, config);

@@ -29,6 +29,15 @@ inline constexpr int newton_config_layout_version = 1;
 inline constexpr int newton_config_layout_size = 8;
 NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> config);
 
+// The modes by their scan_backend index (entry [7] above, and the operators' stats output).
+inline constexpr NewtonMode scan_backend_modes[] = {NewtonMode::automatic, NewtonMode::newton, NewtonMode::fused,
+                                                    NewtonMode::sequential};
+inline int64_t scan_backend_index(NewtonMode mode) {
+  int64_t index = 0;
+  while (scan_backend_modes[index] != mode) ++index;
+  return index;
+}
+
 // The cells over the prepared parameter tensors: ParaGRU (a) or ParaLSTM (a, p).
 struct MakeGru {
   template <class T, class Space>
@@ -45,10 +54,11 @@ struct MakeLstm {
 };
 
 // The prepared (contiguous, compute-type) tensors of one call. Forward: u, params, h0 (or
-// undefined) in; h and residual ([B] float64, or empty when not asked for) out. Backward: u,
-// params, h0, h, grad_h in; du, dparams (every parameter's slots in order), dh0 out.
+// undefined) in; h, residual ([B] float64) and stats ([2] int64: iterations, scan_backend index of
+// the mode that ran) out, residual and stats empty when not asked for. Backward: u, params, h0, h,
+// grad_h in; du, dparams (every parameter's slots in order), dh0 out.
 struct NewtonTensors {
-  at::Tensor u, h0, h, residual;
+  at::Tensor u, h0, h, residual, stats;
   std::vector<at::Tensor> params;
   at::Tensor grad_h, du, dparams, dh0;
 };

@@ -36,7 +36,12 @@ void newton_forward_on(const char* op, const NewtonTensors& tensors, const Newto
       TORCH_CHECK(with_residual, op, ": ", error.what(), " (NewtonDivergenceError)");
     }
   });
-  if (with_residual) Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
+  if (with_residual) {
+    Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
+    // Filled by kernels from host values: no copy from host memory, so a captured graph stays valid.
+    tensors.stats.select(0, 0).fill_(int64_t(stats.iterations));
+    tensors.stats.select(0, 1).fill_(scan_backend_index(stats.mode));
+  }
 }
 
 template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>

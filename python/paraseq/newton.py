@@ -618,8 +618,9 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
 
     Parameters
     ----------
-    cell : ParaGRU, ParaLSTM or torch.nn.Module
-        A built-in cell (its C++ operators) or a cell of your own: any module with an int
+    cell : ParaGRU, ParaLSTM, ParaSLSTM or torch.nn.Module
+        A built-in cell (its C++ operators), a ParaSLSTM (solved as a cell of your own) or a cell
+        of your own: any module with an int
         ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
         ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
         the default). A cell of your own takes the compiled path when it can (``compile``: step

@@ -140,6 +140,15 @@ def test_torch_compile_has_no_graph_breaks_and_equals_eager():
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-14)
 
 
+def test_packed_sequences_are_solved_each_from_its_own_h0():
+    cell, x, h0 = case(B=1, T=10)
+    cu_seqlens = torch.tensor([0, 4, 10])
+    starts = torch.rand(2, 4, cell.hidden_size, dtype=torch.float64) + 0.25  # n0 > 0
+    packed = cell(x, starts, return_state=True, cu_seqlens=cu_seqlens, max_seqlen=6)
+    torch.testing.assert_close(packed[:, :4], loop_of(cell, x[:, :4], starts[:1]), rtol=0, atol=1e-12)
+    torch.testing.assert_close(packed[:, 4:], loop_of(cell, x[:, 4:], starts[1:]), rtol=0, atol=1e-12)
+
+
 def test_too_few_newton_iterations_raise_instead_of_returning_a_wrong_state():
     cell, x, h0 = case(T=48)
     with pytest.raises(NewtonDivergenceError, match="residual_fail"):

@@ -145,7 +145,7 @@ TYPED_TEST(SlstmCell, JacobianAndVjpMatchFiniteDifferencesAlsoAtATie) {
   EXPECT_LE(vjp_error, 1e-13);
 }
 
-TYPED_TEST(SlstmCell, RejectsARecurrentWeightOfTheWrongShapeAndANonPositiveEps) {
+TYPED_TEST(SlstmCell, RejectsARecurrentWeightOfTheWrongShapeAndAnEpsNotPositiveAndFinite) {
   using Space = TypeParam;
   View2<double, Space> r3("r", 3, 4), r("r", 4, 4);
   View3<double, Space> u("u", 1, 2, 16), h("h", 1, 2, 16);
@@ -156,11 +156,14 @@ TYPED_TEST(SlstmCell, RejectsARecurrentWeightOfTheWrongShapeAndANonPositiveEps) 
     EXPECT_THAT(e.what(), HasSubstr("cell.r"));
     EXPECT_THAT(e.what(), HasSubstr("[4, H]"));
   }
-  try {
-    newton_solve<CompiledNewtonModes::sequential>(Space{}, ParaSLSTM<double, typename Space::memory_space>{r, 0.0}, u, h);
-    ADD_FAILURE() << "eps = 0 was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("cell.eps"));
+  for (double eps : {0.0, -1e-6, double(NAN), double(INFINITY)}) {
+    try {
+      newton_solve<CompiledNewtonModes::sequential>(Space{}, ParaSLSTM<double, typename Space::memory_space>{r, eps}, u, h);
+      ADD_FAILURE() << "eps = " << eps << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("argument 'cell.eps' has the value "));
+      EXPECT_THAT(e.what(), HasSubstr("expected a finite number > 0"));
+    }
   }
 }
 

@@ -29,6 +29,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -216,7 +218,7 @@ struct ParaSLSTM {
   static constexpr int max_inputs_per_group = 4;
   static constexpr int max_params_per_group = 4;
 
-  param_view r;    // [4, H]: r_i, r_f, r_z, r_o (on h)
+  param_view r;      // [4, H]: r_i, r_f, r_z, r_o (on h)
   double eps = 1e-6; // h' = o c' / (n' + eps)
 
   int hidden_size() const { return int(r.extent(1)); }
@@ -230,7 +232,11 @@ struct ParaSLSTM {
   void check(const char* fn) const {
     if (r.extent(0) != 4)
       detail::throw_invalid(fn, "cell.r", "shape " + detail::shape_of(r), "shape [4, H] (r_i, r_f, r_z, r_o)");
-    if (!(eps > 0)) detail::throw_invalid(fn, "cell.eps", std::to_string(eps), "a number > 0 (the floor of n' + eps)");
+    if (!(eps > 0 && eps <= std::numeric_limits<double>::max())) { // also NaN and inf
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", eps);
+      detail::throw_invalid(fn, "cell.eps", std::string("the value ") + value, "a finite number > 0 (in n' + eps)");
+    }
   }
 
   template <class Acc>

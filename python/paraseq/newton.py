@@ -1,4 +1,5 @@
-"""ParaGRU and ParaLSTM solved by Newton's method (the C++ newton_solve), and their configuration."""
+"""ParaGRU and ParaLSTM solved by Newton's method (the C++ newton_solve), ParaSLSTM (a cell of the compiled
+path), and their configuration."""
 
 from __future__ import annotations
 
@@ -365,6 +366,121 @@ class ParaLSTM(nn.Module):
         return (h_all, c_all) if return_cell_state else h_all
 
 
+class ParaSLSTM(nn.Module):
+    """The sLSTM of xLSTM (Beck et al. 2024) with diagonal recurrence, a cell of the compiled path.
+
+    State [..., 4, H] with slots (c, n, m, h), pararnn's layout. With u = in_proj(x) split into
+    the pre-activations (i, f, z, o) and p_g = u_g + r_g h (r = the recurrent weights clamped to
+    [-max_recurrent_norm, max_recurrent_norm]):
+    m' = max(p_f + m, p_i), i = exp(p_i - m'), f = exp(p_f + m - m'), c' = f c + i tanh(p_z),
+    n' = f n + i, h' = s(p_o) c' / (n' + eps); s is the logistic sigmoid. The forget gate is
+    exponential (pararnn's choice); at a tie p_f + m = p_i the derivative of the max is the mean of
+    the branches' (torch.maximum's).
+
+    Unlike ParaGRU and ParaLSTM it has no operator of its own: newton_apply solves it as a cell of
+    your own (``hidden_size``, ``state_slots = 4``, ``jac_structure = "block4"``, ``step``), by the
+    compiled path (step traced and emitted as C++, compiled on first use) or the general path. The
+    C++ cell ``paraseq::ParaSLSTM`` (src/solvers/cells.hpp) has the same equations.
+
+    Parameters
+    ----------
+    input_size : int
+        Features of x.
+    hidden_size : int
+        H, the size of each of c, n, m and h.
+    max_recurrent_norm : float, optional
+        The clamp of the recurrent weights in every step (pararnn's, xLSTM App. C.1); None: none.
+    eps : float
+        The floor in h' = s(p_o) c' / (n' + eps), > 0.
+    config : NewtonConfig, optional
+        How forward() solves. Default ``NewtonConfig(scan_backend="sequential")``: Newton's
+        iterations from the default guess converge slowly for this cell (docs/solvers.md,
+        "ParaSLSTM's convergence"), so the default is the exact loop over t of the compiled path.
+
+    Attributes
+    ----------
+    in_proj : torch.nn.Linear
+        [4H, input_size] weight and [4H] bias (zero at initialisation): u = in_proj(x), gates
+        (i, f, z, o); pararnn's W_x.
+    recurrent : torch.nn.Parameter
+        [4, H]: (r_i, r_f, r_z, r_o), pararnn's R.
+    config : NewtonConfig
+    state_slots : int
+        4: (c, n, m, h).
+    hidden_slot : int
+        3, the slot of h.
+    jac_structure : str
+        "block4": each channel's four slots form one block of the Jacobian.
+    """
+
+    state_slots = 4
+    hidden_slot = 3
+    jac_structure = "block4"
+
+    def __init__(self, input_size: int, hidden_size: int, *, max_recurrent_norm: Optional[float] = 0.5,
+                 eps: float = 1e-6, config: Optional[NewtonConfig] = None):
+        super().__init__()
+        _check_size("ParaSLSTM", "input_size", input_size)
+        _check_size("ParaSLSTM", "hidden_size", hidden_size)
+        if max_recurrent_norm is not None and (isinstance(max_recurrent_norm, bool) or
+                                               not isinstance(max_recurrent_norm, (int, float)) or
+                                               not max_recurrent_norm > 0):
+            raise ValueError(f"ParaSLSTM: argument 'max_recurrent_norm' is {max_recurrent_norm!r}, expected None or a "
+                             "number > 0")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise ValueError(f"ParaSLSTM: argument 'eps' is {eps!r}, expected a finite number > 0")
+        if config is not None and not isinstance(config, NewtonConfig):
+            raise TypeError(f"ParaSLSTM: argument 'config' is a {type(config).__name__}, expected a NewtonConfig or None")
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.max_recurrent_norm = None if max_recurrent_norm is None else float(max_recurrent_norm)
+        self.eps = float(eps)
+        self.in_proj = nn.Linear(input_size, 4 * hidden_size)
+        nn.init.zeros_(self.in_proj.bias)
+        # pararnn's initialisation: Xavier-normal as the diagonal of a [4H, 4H] matrix (small
+        # recurrent weights help Newton, ParaRNN App. C.1)
+        self.recurrent = nn.Parameter(torch.empty(4, hidden_size))
+        with torch.no_grad():
+            self.recurrent.normal_(0.0, math.sqrt(1.0 / (4 * hidden_size)))
+        self.config = config if config is not None else NewtonConfig(scan_backend="sequential")
+
+    def extra_repr(self) -> str:
+        return (f"{self.input_size}, {self.hidden_size}, max_recurrent_norm={self.max_recurrent_norm}, "
+                f"eps={self.eps}")
+
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, return_state: bool = False, *,
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
+                compile: Union[str, bool] = "auto") -> torch.Tensor:
+        """h [B, T, H] (the whole state [B, T, 4, H] with return_state) for x [B, T, input_size]
+        and h0 [B, 4, H] (slots (c, n, m, h); zero when None, which gives n > 0 from t = 0 on):
+        newton_apply with self.config. n0 must be >= 0. With cu_seqlens, x [1, T, input_size] holds
+        packed sequences and h0 is [S, 4, H] (newton_apply's cu_seqlens and max_seqlen)."""
+        state = newton_apply(self, x, self.config, h0=h0, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
+                             compile=compile)
+        return state if return_state else state[..., self.hidden_slot, :]
+
+    def clipped_recurrent(self) -> torch.Tensor:
+        """The recurrent weights as every step uses them: clamped to +-max_recurrent_norm."""
+        if self.max_recurrent_norm is None:
+            return self.recurrent
+        return self.recurrent.clamp(-self.max_recurrent_norm, self.max_recurrent_norm)
+
+    def step(self, h_prev: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """One step, the cell's recurrence: the state [..., 4, H] after h_prev [..., 4, H] (slots
+        (c, n, m, h)) and x [..., input_size], for any leading dimensions; differentiable. It is
+        what newton_apply solves, and one step of decoding."""
+        return _slstm_step(self.clipped_recurrent(), h_prev, F.linear(x, self.in_proj.weight, self.in_proj.bias),
+                           self.eps)
+
+    def sequential(self, x, h0=None):
+        """The reference: the loop over t of step in PyTorch; the state [B, T, 4, H]."""
+        state = h0 if h0 is not None else x.new_zeros((x.shape[0], 4, self.hidden_size))
+        states = []
+        for x_t in x.unbind(1):
+            state = self.step(state, x_t)
+            states.append(state)
+        return torch.stack(states, dim=1)
+
+
 def _gru_step(recurrent, h, u):
     """ParaGRU's step in PyTorch (any leading dimensions): the reference loop's and the
     distributed solve's."""
@@ -384,6 +500,24 @@ def _lstm_step(recurrent, peephole, h, c, u):
     f = torch.sigmoid(a_f * h + p_f * c + u_f)
     c = f * c + (1 - f) * torch.tanh(a_c * h + u_c)
     return torch.sigmoid(a_o * h + p_o * c + u_o) * torch.tanh(c), c
+
+
+def _slstm_step(recurrent, state, u, eps):
+    """ParaSLSTM's step (any leading dimensions): the state (c, n, m, h) along dimension -2 after
+    `state`, for the projected input u (i, f, z, o). The max is (a + b + |a - b|) / 2, which the
+    compiled path can emit and whose derivative at a tie is 1/2 for each branch, as torch.maximum's."""
+    c, n, m, h = state.unbind(-2)
+    u_i, u_f, u_z, u_o = u.chunk(4, dim=-1)
+    r_i, r_f, r_z, r_o = recurrent
+    pre_i = u_i + r_i * h
+    left = u_f + r_f * h + m
+    m_next = 0.5 * (left + pre_i + (left - pre_i).abs())
+    input_gate = torch.exp(pre_i - m_next)
+    forget_gate = torch.exp(left - m_next)
+    c_next = forget_gate * c + input_gate * torch.tanh(u_z + r_z * h)
+    n_next = forget_gate * n + input_gate
+    h_next = torch.sigmoid(u_o + r_o * h) * c_next / (n_next + eps)
+    return torch.stack((c_next, n_next, m_next, h_next), dim=-2)
 
 
 class _BuiltinCellSteps(nn.Module):
@@ -520,8 +654,9 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
 
     Parameters
     ----------
-    cell : ParaGRU, ParaLSTM or torch.nn.Module
-        A built-in cell (its C++ operators) or a cell of your own: any module with an int
+    cell : ParaGRU, ParaLSTM, ParaSLSTM or torch.nn.Module
+        A built-in cell (its C++ operators), a ParaSLSTM (solved as a cell of your own) or a cell
+        of your own: any module with an int
         ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
         ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
         the default). A cell of your own takes the compiled path when it can (``compile``: step

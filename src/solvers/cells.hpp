@@ -11,8 +11,17 @@
 //       f = s(a_f h + p_f c + u_f),  c~ = tanh(a_c h + u_c),  c' = f c + (1 - f) c~,
 //       o = s(a_o h + p_o c' + u_o),  h' = o tanh(c')
 //       gradient slots: [5, H] = a's three rows, then p's two
+//   ParaSLSTM state: [B, T, 4H], channels 4n .. 4n+3 = (c_n, n_n, m_n, h_n); u: [B, T, 4H] (i~, f~, z~, o~);
+//            r: [4, H] (r_i, r_f, r_z, r_o, diagonal recurrent weights), eps > 0 (normaliser floor)
+//       p_g = u_g + r_g h for g in (i, f, z, o),  m' = max(p_f + m, p_i),
+//       i = exp(p_i - m'),  f = exp(p_f + m - m'),  c' = f c + i tanh(p_z),  n' = f n + i,
+//       h' = s(p_o) c' / (n' + eps)
+//       gradient slots: [4, H] like r
 // s is the logistic function. The GRU Jacobian is diagonal; the LSTM one is a 2 x 2 block per
-// channel (BlockDiagonal<2> over the interleaved state).
+// channel (BlockDiagonal<2> over the interleaved state), the sLSTM one a 4 x 4 block (BlockDiagonal<4>).
+// ParaSLSTM is the sLSTM of xLSTM (Beck et al. 2024) with exponential input and forget gates and the
+// stabiliser m, as pararnn's ParaSLSTM(mix="diag"): its derivative of the max at a tie p_f + m = p_i
+// is the mean of the two branches' (torch.maximum's), and n stays > 0 from a state with n >= 0.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/structure.hpp>
@@ -20,6 +29,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdio>
+#include <limits>
+#include <string>
 #include <type_traits>
 
 namespace paraseq {
@@ -193,6 +205,127 @@ private:
       c_next = f * state[0] + (Acc(1) - f) * c_tilde;
       o = detail::logistic(a_o * state[1] + p_o * c_next + u[2]);
       tanh_c = detail::tanh(c_next);
+    }
+  };
+};
+
+// The sLSTM cell with diagonal recurrence (pararnn's ParaSLSTM, mix="diag"); its header path only:
+// no compiled instances (cmake/paraseqInstances.cmake), so a solve compiles the modes it runs.
+template <class T, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct ParaSLSTM {
+  using structure = BlockDiagonal<4>;
+  using param_view = Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace>;
+  static constexpr int max_inputs_per_group = 4;
+  static constexpr int max_params_per_group = 4;
+
+  param_view r;      // [4, H]: r_i, r_f, r_z, r_o (on h)
+  double eps = 1e-6; // h' = o c' / (n' + eps)
+
+  int hidden_size() const { return int(r.extent(1)); }
+  int state_size() const { return 4 * hidden_size(); }
+  int input_size() const { return 4 * hidden_size(); }
+  int param_count() const { return 4 * hidden_size(); }
+  KOKKOS_INLINE_FUNCTION int inputs_per_group() const { return 4; }
+  KOKKOS_INLINE_FUNCTION int params_per_group() const { return 4; }
+  KOKKOS_INLINE_FUNCTION int input_column(int g, int k) const { return k * int(r.extent(1)) + g; }
+  KOKKOS_INLINE_FUNCTION int param_index(int g, int k) const { return k * int(r.extent(1)) + g; }
+  void check(const char* fn) const {
+    if (r.extent(0) != 4)
+      detail::throw_invalid(fn, "cell.r", "shape " + detail::shape_of(r), "shape [4, H] (r_i, r_f, r_z, r_o)");
+    if (!(eps > 0 && eps <= std::numeric_limits<double>::max())) { // also NaN and inf
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", eps);
+      detail::throw_invalid(fn, "cell.eps", std::string("the value ") + value, "a finite number > 0 (in n' + eps)");
+    }
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void step(int g, const Acc* state, const Acc* u, Acc* next) const {
+    const Gates<Acc> s(*this, g, state, u);
+    next[0] = s.c_next;
+    next[1] = s.n_next;
+    next[2] = s.m_next;
+    next[3] = s.h_next;
+  }
+
+  // Rows and columns in state order (c, n, m, h).
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* state, const Acc* u, Acc* next, Acc* J) const {
+    const Gates<Acc> s(*this, g, state, u);
+    next[0] = s.c_next;
+    next[1] = s.n_next;
+    next[2] = s.m_next;
+    next[3] = s.h_next;
+    const Acc c = state[0], n = state[1], beta = Acc(1) - s.alpha;
+    const Acc dm_dh = s.alpha * s.r_f + beta * s.r_i;
+    const Acc di_dm = -s.i * s.alpha, di_dh = s.i * (s.r_i - dm_dh);
+    const Acc df_dm = s.f * beta, df_dh = s.f * (s.r_f - dm_dh);
+    const Acc dc_dm = df_dm * c + di_dm * s.z;
+    const Acc dc_dh = df_dh * c + di_dh * s.z + s.i * (Acc(1) - s.z * s.z) * s.r_z;
+    const Acc dn_dm = df_dm * n + di_dm, dn_dh = df_dh * n + di_dh;
+    const Acc o_over_d = s.o / s.d, h_per_n = -s.h_next / s.d; // dh'/dc' and dh'/dn'
+    const Acc dh_do = s.c_next / s.d;
+    const Acc row_c[4] = {s.f, Acc(0), dc_dm, dc_dh};
+    const Acc row_n[4] = {Acc(0), s.f, dn_dm, dn_dh};
+    for (int j = 0; j < 4; ++j) {
+      J[j] = row_c[j];
+      J[4 + j] = row_n[j];
+      J[12 + j] = o_over_d * row_c[j] + h_per_n * row_n[j];
+    }
+    J[8] = J[9] = Acc(0);
+    J[10] = s.alpha;
+    J[11] = dm_dh;
+    J[15] += dh_do * s.o * (Acc(1) - s.o) * s.r_o;
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void vjp(int g, const Acc* state, const Acc* u, const Acc* mu, Acc* dstate, Acc* du,
+                                  Acc* dparams) const {
+    const Gates<Acc> s(*this, g, state, u);
+    const Acc c = state[0], n = state[1], h = state[3];
+    const Acc d_c_next = mu[0] + mu[3] * s.o / s.d;
+    const Acc d_n_next = mu[1] - mu[3] * s.h_next / s.d;
+    const Acc d_pre_o = mu[3] * (s.c_next / s.d) * s.o * (Acc(1) - s.o);
+    const Acc d_pre_z = d_c_next * s.i * (Acc(1) - s.z * s.z);
+    const Acc d_i = d_c_next * s.z + d_n_next, d_f = d_c_next * c + d_n_next * n;
+    // i = exp(p_i - m'), f = exp(p_f + m - m'), m' = max(p_f + m, p_i)
+    const Acc d_m_next = mu[2] - d_i * s.i - d_f * s.f;
+    const Acc d_pre_i = d_i * s.i + (Acc(1) - s.alpha) * d_m_next;
+    const Acc d_left = d_f * s.f + s.alpha * d_m_next; // of p_f + m
+    du[0] = d_pre_i;
+    du[1] = d_left;
+    du[2] = d_pre_z;
+    du[3] = d_pre_o;
+    dparams[0] = d_pre_i * h;
+    dparams[1] = d_left * h;
+    dparams[2] = d_pre_z * h;
+    dparams[3] = d_pre_o * h;
+    dstate[0] = d_c_next * s.f;
+    dstate[1] = d_n_next * s.f;
+    dstate[2] = d_left;
+    dstate[3] = s.r_i * d_pre_i + s.r_f * d_left + s.r_z * d_pre_z + s.r_o * d_pre_o;
+  }
+
+private:
+  // The forward quantities every member function needs, computed once. alpha = dm'/d(p_f + m):
+  // 1 on the forget branch, 0 on the input branch, 1/2 at a tie.
+  template <class Acc>
+  struct Gates {
+    Acc r_i, r_f, r_z, r_o, alpha, m_next, i, f, z, o, c_next, n_next, d, h_next;
+    KOKKOS_INLINE_FUNCTION Gates(const ParaSLSTM& cell, int g, const Acc* state, const Acc* u)
+        : r_i(cell.r(0, g)), r_f(cell.r(1, g)), r_z(cell.r(2, g)), r_o(cell.r(3, g)) {
+      const Acc h = state[3];
+      const Acc pre_i = u[0] + r_i * h, left = u[1] + r_f * h + state[2];
+      alpha = left > pre_i ? Acc(1) : left < pre_i ? Acc(0) : Acc(0.5);
+      m_next = left > pre_i ? left : pre_i;
+      i = Kokkos::exp(pre_i - m_next);
+      f = Kokkos::exp(left - m_next);
+      z = detail::tanh(u[2] + r_z * h);
+      o = detail::logistic(u[3] + r_o * h);
+      c_next = f * state[0] + i * z;
+      n_next = f * state[1] + i;
+      d = n_next + Acc(cell.eps);
+      h_next = o * c_next / d;
     }
   };
 };

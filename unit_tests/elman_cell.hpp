@@ -7,6 +7,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include "cell_derivative_checks.hpp"
 #include "test_support.hpp"
 
 #include <gmock/gmock.h>
@@ -177,26 +178,10 @@ void expect_elman_gradients_match_finite_differences(NewtonMode mode) {
     for (std::size_t i = 0; i < hh.span(); ++i) sum += hg.data()[i] * hh.data()[i];
     return sum;
   };
-  auto expect_gradient = [&](const auto& analytic, double* values, std::size_t count, const char* name) {
-    auto host = to_host(analytic);
-    double error = 0, scale = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const double saved = values[i];
-      values[i] = saved + 1e-6;
-      const double up = loss();
-      values[i] = saved - 1e-6;
-      const double down = loss();
-      values[i] = saved;
-      const double numeric = (up - down) / 2e-6;
-      error = std::fmax(error, std::fabs(host.data()[i] - numeric));
-      scale = std::fmax(scale, std::fabs(numeric));
-    }
-    EXPECT_LE(error / scale, 1e-6) << name;
-  };
   newton_backward<Family>(Space{}, cell, u, h, g, du, dW, h0, dh0, config);
-  expect_gradient(du, hu.data(), hu.span(), "du");
-  expect_gradient(dW, hW.data(), hW.span(), "dW");
-  expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+  expect_gradient_matches_central_differences(du, hu.data(), hu.span(), loss, "du");
+  expect_gradient_matches_central_differences(dW, hW.data(), hW.span(), loss, "dW");
+  expect_gradient_matches_central_differences(dh0, hh0.data(), hh0.span(), loss, "dh0");
 }
 
 // A state one wider than the cell's DenseUpTo<MaxN> is an error that names the bound (checked before

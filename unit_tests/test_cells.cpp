@@ -11,6 +11,7 @@
 #include <paraseq/solvers/newton_backward.hpp>
 
 #include "block_mean_cell.hpp"
+#include "cell_derivative_checks.hpp"
 #include "elman_cell.hpp"
 #include "test_support.hpp"
 
@@ -52,50 +53,15 @@ template <class Space>
 class Cells : public ::testing::Test {};
 TYPED_TEST_SUITE(Cells, ExecutionSpaces, SpaceName);
 
-// For every group at a random (h, u): max |J - J_fd| (central differences of step) and
-// max |vjp's dh - J^T mu|, both relative to the largest entry of J.
+// For every group at a random (h, u): the Jacobian and the vjp against central differences.
 template <class Space, class Cell>
 void expect_derivatives_consistent(const Cell& cell, unsigned seed) {
-  using structure = typename Cell::structure;
-  constexpr int D = structure::max_group_size;
-  const int N = cell.state_size(), d = group_size<structure>(N), groups = group_count<structure>(N);
-  View1<double, Space> h("h", N), u("u", cell.input_size()), mu("mu", N), errors("errors", 2 * groups);
+  const int N = cell.state_size(), groups = group_count<typename Cell::structure>(N);
+  View1<double, Space> h("h", N), u("u", cell.input_size()), mu("mu", N);
   fill_uniform(h, -0.9, 0.9, seed);
   fill_uniform(u, -1, 1, seed + 1);
   fill_uniform(mu, -1, 1, seed + 2);
-  Kokkos::parallel_for(
-      "test::cell_derivatives", Kokkos::RangePolicy<Space>(0, groups), KOKKOS_LAMBDA(int g) {
-        double hg[D], ug[Cell::max_inputs_per_group], mug[D], f[D], J[D * D], up[D], down[D], dh[D],
-            du[Cell::max_inputs_per_group], dp[Cell::max_params_per_group];
-        for (int i = 0; i < d; ++i) {
-          hg[i] = h(g * d + i);
-          mug[i] = mu(g * d + i);
-        }
-        for (int k = 0; k < cell.inputs_per_group(); ++k) ug[k] = u(cell.input_column(g, k));
-        cell.linearize(g, hg, ug, f, J);
-        double jacobian_error = 0, vjp_error = 0, scale = 1e-300;
-        for (int j = 0; j < d; ++j) {
-          const double saved = hg[j], step = 1e-6;
-          hg[j] = saved + step;
-          cell.step(g, hg, ug, up);
-          hg[j] = saved - step;
-          cell.step(g, hg, ug, down);
-          hg[j] = saved;
-          for (int i = 0; i < d; ++i) {
-            jacobian_error = Kokkos::fmax(jacobian_error, Kokkos::fabs(J[i * d + j] - (up[i] - down[i]) / (2 * step)));
-            scale = Kokkos::fmax(scale, Kokkos::fabs(J[i * d + j]));
-          }
-        }
-        cell.vjp(g, hg, ug, mug, dh, du, dp);
-        for (int j = 0; j < d; ++j) {
-          double transposed = 0;
-          for (int i = 0; i < d; ++i) transposed += J[i * d + j] * mug[i];
-          vjp_error = Kokkos::fmax(vjp_error, Kokkos::fabs(dh[j] - transposed));
-        }
-        errors(2 * g) = jacobian_error / scale;
-        errors(2 * g + 1) = vjp_error / scale;
-      });
-  auto host = to_host(errors);
+  const auto host = cell_derivative_errors<Space>(cell, h, u, mu);
   for (int g = 0; g < groups; ++g) {
     EXPECT_LE(host(2 * g), 1e-8) << "Jacobian of group " << g;
     EXPECT_LE(host(2 * g + 1), 1e-13) << "vjp of group " << g;

@@ -7,6 +7,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include "cell_derivative_checks.hpp"
 #include "test_support.hpp"
 
 #include <gmock/gmock.h>
@@ -71,45 +72,13 @@ void fill_state(const View& state, unsigned seed) {
   });
 }
 
-// max |J - J_fd| over every group, relative to the largest entry of J, and max |vjp's dh - J^T mu|.
+// The worst over every group of cell_derivative_errors: (Jacobian, vjp).
 template <class Space>
 std::pair<double, double> jacobian_errors(const ParaSLSTM<double, typename Space::memory_space>& cell,
                                           const View1<double, Space>& state, const View1<double, Space>& u,
                                           const View1<double, Space>& mu) {
   const int groups = cell.hidden_size();
-  View1<double, Space> errors("errors", 2 * groups);
-  Kokkos::parallel_for(
-      "test::slstm_jacobian", Kokkos::RangePolicy<Space>(0, groups), KOKKOS_LAMBDA(int g) {
-        double s[4], in[4], m[4], f[4], J[16], up[4], down[4], ds[4], du[4], dr[4];
-        for (int i = 0; i < 4; ++i) {
-          s[i] = state(4 * g + i);
-          m[i] = mu(4 * g + i);
-          in[i] = u(cell.input_column(g, i));
-        }
-        cell.linearize(g, s, in, f, J);
-        double jacobian_error = 0, vjp_error = 0, scale = 1e-300;
-        for (int j = 0; j < 4; ++j) {
-          const double saved = s[j], step = 1e-6;
-          s[j] = saved + step;
-          cell.step(g, s, in, up);
-          s[j] = saved - step;
-          cell.step(g, s, in, down);
-          s[j] = saved;
-          for (int i = 0; i < 4; ++i) {
-            jacobian_error = Kokkos::fmax(jacobian_error, Kokkos::fabs(J[i * 4 + j] - (up[i] - down[i]) / (2 * step)));
-            scale = Kokkos::fmax(scale, Kokkos::fabs(J[i * 4 + j]));
-          }
-        }
-        cell.vjp(g, s, in, m, ds, du, dr);
-        for (int j = 0; j < 4; ++j) {
-          double transposed = 0;
-          for (int i = 0; i < 4; ++i) transposed += J[i * 4 + j] * m[i];
-          vjp_error = Kokkos::fmax(vjp_error, Kokkos::fabs(ds[j] - transposed));
-        }
-        errors(2 * g) = jacobian_error / scale;
-        errors(2 * g + 1) = vjp_error / scale;
-      });
-  auto host = to_host(errors);
+  const auto host = cell_derivative_errors<Space>(cell, state, u, mu);
   double worst_jacobian = 0, worst_vjp = 0;
   for (int g = 0; g < groups; ++g) {
     worst_jacobian = std::max(worst_jacobian, host(2 * g));
@@ -226,22 +195,6 @@ TYPED_TEST(SlstmCell, GradientsMatchFiniteDifferencesOfTheLoop) {
     for (std::size_t i = 0; i < state.span(); ++i) sum += hg.data()[i] * state.data()[i];
     return sum;
   };
-  auto expect_gradient = [&](const auto& analytic, double* values, std::size_t count, const char* name) {
-    auto host = to_host(analytic);
-    double error = 0, scale = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const double saved = values[i];
-      values[i] = saved + 1e-6;
-      const double up = loss();
-      values[i] = saved - 1e-6;
-      const double down = loss();
-      values[i] = saved;
-      const double numeric = (up - down) / 2e-6;
-      error = std::fmax(error, std::fabs(host.data()[i] - numeric));
-      scale = std::fmax(scale, std::fabs(numeric));
-    }
-    EXPECT_LE(error / scale, 1e-6) << name;
-  };
   for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
     SCOPED_TRACE("mode " + std::to_string(int(mode)));
     NewtonConfig config;
@@ -253,9 +206,9 @@ TYPED_TEST(SlstmCell, GradientsMatchFiniteDifferencesOfTheLoop) {
     Kokkos::deep_copy(dr, NAN);
     Kokkos::deep_copy(dh0, NAN);
     newton_backward(Space{}, cell, u, h, g, du, dr, h0, dh0, config);
-    expect_gradient(du, hu.data(), hu.span(), "du");
-    expect_gradient(dr, hr.data(), hr.span(), "dr");
-    expect_gradient(dh0, hh0.data(), hh0.span(), "dh0");
+    expect_gradient_matches_central_differences(du, hu.data(), hu.span(), loss, "du");
+    expect_gradient_matches_central_differences(dr, hr.data(), hr.span(), loss, "dr");
+    expect_gradient_matches_central_differences(dh0, hh0.data(), hh0.span(), loss, "dh0");
   }
 }
 

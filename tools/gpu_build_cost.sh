@@ -12,8 +12,11 @@
 # (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log,
 # pytest-cuda.log (python/tests/test_cuda.py on those operators), extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile) and bench.json from the target
-# benchmarks, in that order: what needs an idle host (the build, the extension compile's timing, the
-# benchmarks) comes before the Python tests, which may run into their time limit. BASELINE_TAR, a
+# benchmarks, compare-gru.json and compare-scan.json (perf_tests/compare.py: paraseq's operators against
+# PyTorch and the peer libraries importable here, e.g. from wheels on PYTHONPATH), in that order: what
+# needs an idle host (the build, the extension compile's timing, the benchmarks) comes before the
+# Python tests, which may run into their time limit; compare-ode.json (torch.compile's cold compiles,
+# torchdiffeq, torchode) comes last. BASELINE_TAR, a
 # `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
 # cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
 # the sources' commit in build-cost.json where this copy of the tree has other git metadata.
@@ -89,14 +92,23 @@ bench() { # build_dir report
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
-  timeout 600 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
+  timeout 300 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
   >"$out/extension-compile.log" 2>&1 || true
 tail -n 3 "$out/extension-compile.log"
 bench "$build" "$out/bench.json"
-# The Python package's CUDA tests on the operators just built.
+compare() { # section time_limit_seconds
+  PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" \
+    >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
+}
+compare gru 300
+compare scan 180
+# The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
+# compiled-path tests each compile an extension with nvcc, which a lock shares between processes.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
-  timeout 600 python3 -m pytest -v -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+  timeout 420 python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
 tail -n 3 "$out/pytest-cuda.log"
+compare ode 240
 if [[ -n $baseline ]]; then # its build time is not measured
   (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
     configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&

@@ -1,14 +1,18 @@
 #pragma once
 // Shared by the Runge–Kutta tests: the damped oscillator's closed form, batches of oscillators with
-// random parameters, and plain host loops (classic RK4 in double) that the tests compare against.
+// random parameters, plain host loops (classic RK4 in double) that the tests compare against, and
+// the gradient tests' check against central differences.
 
 #include <paraseq/loops/fields.hpp>
 #include <paraseq/loops/integrate.hpp>
 
 #include "test_support.hpp"
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace paraseq::test {
@@ -106,6 +110,37 @@ std::vector<S> rk4_step(const Field& field, S t, S h, const std::vector<S>& y, c
   field(t + h, stage.data(), p, k4.data());
   for (std::size_t i = 0; i < n; ++i) next[i] = y[i] + h * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]) / 6;
   return next;
+}
+
+// The sum of v * w over every element, in double, on the host.
+template <class V, class W>
+double dot(const V& v, const W& w) {
+  auto hv = to_host(v);
+  auto hw = to_host(w);
+  double sum = 0;
+  for (std::size_t i = 0; i < hv.span(); ++i) sum += double(hv.data()[i]) * double(hw.data()[i]);
+  return sum;
+}
+
+// Compares gradient (laid out as v) with central differences of loss() in each element of v.
+template <class V, class Loss, class G>
+void expect_central_differences(const V& v, const Loss& loss, const G& gradient, double eps, double tolerance,
+                                const std::string& what) {
+  auto host = to_host(v);
+  auto grad = to_host(gradient);
+  for (std::size_t i = 0; i < host.span(); ++i) {
+    const double saved = host.data()[i];
+    host.data()[i] = saved + eps;
+    copy_contiguous(v, host);
+    const double plus = loss();
+    host.data()[i] = saved - eps;
+    copy_contiguous(v, host);
+    const double minus = loss();
+    host.data()[i] = saved;
+    copy_contiguous(v, host);
+    const double fd = (plus - minus) / (2 * eps);
+    EXPECT_NEAR(grad.data()[i], fd, tolerance * std::fmax(1.0, std::fabs(fd))) << what << " element " << i;
+  }
 }
 
 } // namespace paraseq::test

@@ -1,6 +1,7 @@
 // The ordered linear-recurrence scan against the sequential float64 reference, on every enabled
 // execution space and across the decompositions the planner can choose (the block and dense
-// structures: test_linear_scan_structures.cpp).
+// structures: test_linear_scan_structures.cpp; float Views accumulated in double, which are not
+// compiled instances: test_linear_scan_float.cpp).
 
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/sequential_reference.hpp>
@@ -28,21 +29,6 @@ TYPED_TEST(LinearScan, DiagonalMatchesSequentialReferenceInDouble) {
   View3<double, Space> A("A", 3, 1000, 37);
   fill_uniform(A, 0.97, 1.0, 1);
   expect_matches_reference<Space, double>(Diagonal{}, A, 3, 1000, 37, 1e-12, decompositions<Space>());
-}
-
-TYPED_TEST(LinearScan, FloatWithContractiveOperatorsMatchesToSinglePrecision) {
-  using Space = TypeParam;
-  const int T_steps = 10000;
-  View3<float, Space> A("A", 2, T_steps, 5);
-  fill_uniform(A, 0.9f, 0.999f, 7);
-  expect_matches_reference<Space, float>(Diagonal{}, A, 2, T_steps, 5, 1e-5, decompositions<Space>());
-  View5<float, Space> A4("A4", 1, T_steps, 2, 4, 4);
-  fill_contractive(A4, 4, 8);
-  expect_matches_reference<Space, float>(BlockDiagonal<4>{}, A4, 1, T_steps, 8, 1e-5, {ScanConfig{}, ScanConfig{1, 64, 9}});
-  View4<float, Space> A8("A8", 1, 2000, 8, 8);
-  fill_contractive(A8, 8, 9);
-  // Accumulated in double, a float scan is not a compiled instance: a bound of 8 keeps its kernels small.
-  expect_matches_reference<Space, float>(DenseUpTo<8>{}, A8, 1, 2000, 8, 1e-5, {ScanConfig{}, ScanConfig{1, 16, 5}});
 }
 
 TYPED_TEST(LinearScan, EdgeShapes) {

@@ -1,5 +1,6 @@
 // Gradients through the Runge–Kutta loops (the discrete adjoint) on every enabled execution space:
-// against central finite differences for own and shared parameters, zero steps and bad shapes.
+// against central finite differences for own parameters, zero steps and bad shapes. Shared
+// parameters: test_rk_gradients_shared.cpp.
 // Adaptive gradients against the closed form, checkpoint intervals, batch chunks and loop modes:
 // test_rk_gradients_modes.cpp; reverse mode through a test loop and dual numbers:
 // test_rk_gradients_reverse.cpp (separate translation units because each compiles many loop
@@ -10,8 +11,8 @@
 
 #include <gmock/gmock.h>
 
-#include <cmath>
-#include <vector>
+#include <stdexcept>
+#include <string>
 
 namespace {
 
@@ -24,36 +25,6 @@ using ::testing::ThrowsMessage;
 template <class Space>
 class RungeKuttaGradients : public ::testing::Test {};
 TYPED_TEST_SUITE(RungeKuttaGradients, ExecutionSpaces, SpaceName);
-
-template <class V, class W>
-double dot(const V& v, const W& w) {
-  auto hv = to_host(v);
-  auto hw = to_host(w);
-  double sum = 0;
-  for (std::size_t i = 0; i < hv.span(); ++i) sum += double(hv.data()[i]) * double(hw.data()[i]);
-  return sum;
-}
-
-// Compares gradient (laid out as v) with central differences of loss() in each element of v.
-template <class V, class Loss, class G>
-void expect_central_differences(const V& v, const Loss& loss, const G& gradient, double eps, double tolerance,
-                                const std::string& what) {
-  auto host = to_host(v);
-  auto grad = to_host(gradient);
-  for (std::size_t i = 0; i < host.span(); ++i) {
-    const double saved = host.data()[i];
-    host.data()[i] = saved + eps;
-    copy_contiguous(v, host);
-    const double plus = loss();
-    host.data()[i] = saved - eps;
-    copy_contiguous(v, host);
-    const double minus = loss();
-    host.data()[i] = saved;
-    copy_contiguous(v, host);
-    const double fd = (plus - minus) / (2 * eps);
-    EXPECT_NEAR(grad.data()[i], fd, tolerance * std::fmax(1.0, std::fabs(fd))) << what << " element " << i;
-  }
-}
 
 TYPED_TEST(RungeKuttaGradients, FixedStepGradientsMatchFiniteDifferences) {
   using Space = TypeParam;
@@ -78,43 +49,6 @@ TYPED_TEST(RungeKuttaGradients, FixedStepGradientsMatchFiniteDifferences) {
   run(ode::RK4{});
   run(ode::DormandPrince5{});
   run(ode::Heun{});
-}
-
-TYPED_TEST(RungeKuttaGradients, SharedParameterGradientsMatchFiniteDifferences) {
-  using Space = TypeParam;
-  const int N = 4, n = 3, hidden = 5;
-  View2<double, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n), y0_bar("y0_bar", N, n);
-  View2<double, Space> b("b", N, n), b_bar("b_bar", N, n);
-  View1<double, Space> A("A", n * n), A_bar("A_bar", n * n);
-  View1<double, Space> weights("weights", 2 * n * hidden + hidden + n), weights_bar("weights_bar", 2 * n * hidden + hidden + n);
-  fill_uniform(y0, -1, 1, 11);
-  fill_uniform(w, -1, 1, 12);
-  fill_uniform(b, -0.5, 0.5, 13);
-  fill_uniform(A, -0.6, 0.4, 14);
-  fill_uniform(weights, -0.8, 0.8, 15);
-  const auto steps = ode::FixedSteps::count(0, 0.1, 20);
-
-  const auto linear = ode::problem(ode::Linear<ode::Sharing::shared, ode::Sharing::own>{n}, y0, b, A);
-  auto linear_loss = [&] {
-    ode::solve<fused_only>(Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1));
-    return dot(y1, w);
-  };
-  ode::solve_with_gradient<fused_only>(
-      Space{}, ode::Tsit5{}, linear, steps, ode::final_state(y1), ode::final_state(w),
-      ode::Gradients<decltype(y0_bar), decltype(b_bar), decltype(A_bar)>{y0_bar, b_bar, A_bar});
-  expect_central_differences(A, linear_loss, A_bar, 1e-6, 1e-8, "Linear A (shared)");
-  expect_central_differences(b, linear_loss, b_bar, 1e-6, 1e-8, "Linear b (own)");
-  expect_central_differences(y0, linear_loss, y0_bar, 1e-6, 1e-8, "Linear y0");
-
-  const auto mlp = ode::problem(ode::Mlp{n, hidden}, y0, ode::NoView{}, weights);
-  auto mlp_loss = [&] {
-    ode::solve<fused_only>(Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1));
-    return dot(y1, w);
-  };
-  ode::solve_with_gradient<fused_only>(
-      Space{}, ode::RK4{}, mlp, steps, ode::final_state(y1), ode::final_state(w),
-      ode::Gradients<ode::NoView, ode::NoView, decltype(weights_bar)>{{}, {}, weights_bar});
-  expect_central_differences(weights, mlp_loss, weights_bar, 1e-6, 1e-8, "Mlp weights (shared)");
 }
 
 TYPED_TEST(RungeKuttaGradients, ZeroStepsPassTheCotangentsThrough) {

@@ -15,8 +15,10 @@ namespace paraseq::test {
 
 // For every group of `cell` at (h, u): [2 g] = max |J - J_fd| (central differences of step) and
 // [2 g + 1] = max |vjp's dh - J^T mu|, both relative to the largest entry of J; on the host.
+// (The return type is spelled out: nvcc refuses an extended lambda in a function whose return type
+// is deduced.)
 template <class Space, class Cell>
-auto cell_derivative_errors(const Cell& cell, const View1<double, Space>& h, const View1<double, Space>& u,
+Kokkos::View<double*, Kokkos::HostSpace> cell_derivative_errors(const Cell& cell, const View1<double, Space>& h, const View1<double, Space>& u,
                             const View1<double, Space>& mu) {
   using structure = typename Cell::structure;
   constexpr int D = structure::max_group_size;

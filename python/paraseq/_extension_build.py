@@ -188,8 +188,10 @@ def build_settings() -> BuildSettings:
     torch_lib = cpp_extension.library_paths()[0]
     paraseq_lib = Path(_library.LIBRARY_PATH).resolve()
     run_paths = [torch_lib, paraseq_lib.parent, *(Path(lib).parent for lib in description["link_libraries"] if "/" in lib)]
-    link_flags = ["-shared", str(paraseq_lib), *description["link_libraries"], f"-L{torch_lib}", "-lc10",
-                  "-ltorch_cpu", "-ltorch"]
+    libraries = [str(paraseq_lib), *description["link_libraries"]]
+    if cuda:  # nvcc refuses a file it does not know by its suffix (libkokkoscore.so.4.6.99): hand paths to the linker
+        libraries = [flag for lib in libraries for flag in (("-Xlinker", lib) if "/" in lib else (lib,))]
+    link_flags = ["-shared", *libraries, f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
     for directory in run_paths:  # nvcc hands -Xlinker's value to the host linker, as g++ does -Wl's
         link_flags += ["-Xlinker", f"-rpath,{directory}"] if cuda else [f"-Wl,-rpath,{directory}"]
     compiler_version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n")[0]

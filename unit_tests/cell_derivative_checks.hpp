@@ -18,8 +18,9 @@ namespace paraseq::test {
 // (The return type is spelled out: nvcc refuses an extended lambda in a function whose return type
 // is deduced.)
 template <class Space, class Cell>
-Kokkos::View<double*, Kokkos::HostSpace> cell_derivative_errors(const Cell& cell, const View1<double, Space>& h, const View1<double, Space>& u,
-                            const View1<double, Space>& mu) {
+Kokkos::View<double*, Kokkos::HostSpace> cell_derivative_errors(const Cell& cell, const View1<double, Space>& h,
+                                                                const View1<double, Space>& u,
+                                                                const View1<double, Space>& mu) {
   using structure = typename Cell::structure;
   constexpr int D = structure::max_group_size;
   const int N = cell.state_size(), d = group_size<structure>(N), groups = group_count<structure>(N);

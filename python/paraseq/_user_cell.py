@@ -3,7 +3,8 @@
 A cell is an nn.Module with an int `hidden_size` and `step(h_prev, x)`, which maps states
 [..., H] (or [..., state_slots, H]) and inputs [..., input] to the next states for any leading
 dimensions. Each Newton iteration linearises step around the current iterate at every t at once
-(Jacobians from torch.func) and solves the linear recurrence with one linear_scan. Gradients are
+(Jacobians from torch.func) and solves the linear recurrence with one linear_scan (with the quasi
+Jacobian, NewtonConfig(jacobian="quasi"), only the Jacobian's diagonal: a diagonal scan). Gradients are
 the adjoint of the solution, h_t = step(h_{t-1}, x_t), not of the iterations: one reverse
 linear_scan with the transposed Jacobians at the solution, then one vjp of step over all t (the
 autograd graph of one batched call of step). With a process group (sequence parallelism,
@@ -118,6 +119,13 @@ class CellLayout:
         jacobian, value = vmap(vmap(jacrev(flat_step, has_aux=True)))(self.to_scan(h_prev), x)
         return self.from_scan(value), jacobian
 
+    def diagonal(self, A):
+        """The diagonal of A (linearize's structure) as a diagonal Jacobian [B, T, N] of linear_scan's
+        layout: the quasi Jacobian. A block's diagonal is its channel's slots, adjacent as in to_scan."""
+        if self.structure == "diag":
+            return A
+        return A.diagonal(dim1=-2, dim2=-1).reshape(*A.shape[:2], self.state_size)
+
     def jacobian_shape(self, B, T=0):
         if self.structure == "diag":
             return (B, T, self.state_size)
@@ -213,12 +221,15 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
     B, T = x.shape[:2]
     dtype = h0.dtype if h0 is not None else x.dtype
     check = eager and cfg.residual_fail is not None
+    # The quasi Jacobian: the iterations' scans take the diagonal alone (the adjoint stays exact).
+    quasi = cfg.jacobian == "quasi"
+    newton_structure = "diag" if quasi else layout.scan_structure
     if slices is None:
         entering = lambda h: h0
-        scan = lambda A, rhs: linear_scan(A, rhs, None, layout.scan_structure)
+        scan = lambda A, rhs: linear_scan(A, rhs, None, newton_structure)
     else:
         entering = lambda h: slices.entering(h, h0)
-        scan = lambda A, rhs: slices.scan(A, rhs, layout.scan_structure)[0]
+        scan = lambda A, rhs: slices.scan(A, rhs, newton_structure)[0]
     with torch.no_grad():
         h = layout.step(torch.zeros(layout.state_shape((B, T)), dtype=dtype, device=x.device), x)  # f(0, x_t)
         for _ in range(cfg.picard_iters):
@@ -228,7 +239,7 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
             value, A = layout.linearize(shifted(h, entering(h)), x)
             if eager and cfg.residual_atol is not None and _largest(h - value, slices) <= cfg.residual_atol:
                 break
-            delta = scan(A, layout.to_scan(value - h).contiguous())
+            delta = scan(layout.diagonal(A) if quasi else A, layout.to_scan(value - h).contiguous())
             h = h + cfg.omega * layout.from_scan(delta)
             iterations += 1
     h_prev = shifted(h, entering(h))  # h0 with its graph: the adjoint reaches it through step at t = 0

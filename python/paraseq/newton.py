@@ -20,11 +20,13 @@ from ._ops import ops
 # keyword), and the former Python name "scan" of "newton", still accepted.
 SCAN_BACKENDS = ("auto", "newton", "fused", "sequential")
 SCAN_BACKEND_ALIASES = {"scan": "newton", "automatic": "auto"}
+# The Jacobians of the linear solves: the names of the C++ NewtonJacobian.
+JACOBIANS = ("exact", "quasi")
 INT_SETTING_MAX = 2 ** 31 - 1  # the C++ NewtonConfig holds its counts as int
 DEFAULT_RESIDUAL_FAIL = 1e-3
 # The layout of NewtonConfig._operator_config, the operators' packed config; the C++ side
 # (newton_config_from_list) refuses another version.
-_OPERATOR_CONFIG_VERSION = 1
+_OPERATOR_CONFIG_VERSION = 2
 _OPERATOR_NONE = -1.0  # an unset threshold in the packed config
 
 
@@ -69,11 +71,21 @@ class NewtonConfig:
         "auto" takes the measured rule of docs/solvers.md; "newton" one ordered scan per iteration
         ("scan", its former name, is still accepted); "fused" one kernel with windows on chip;
         "sequential" the loop over t.
+    jacobian : {"exact", "quasi"}
+        The Jacobian of each Newton iteration's linear solve (the C++ NewtonJacobian). "exact": the
+        cell's structured Jacobian (quadratic convergence). "quasi": only its diagonal (quasi-DEER):
+        a diagonal scan per iteration, linear convergence, and like exact Newton with omega = 1 the
+        first k steps are exact after k iterations. It applies to the newton mode (and a cell of
+        your own on the general path); "sequential" is the exact loop either way, "auto" never
+        picks the fused mode with it, and "fused" refuses it (the fused kernel runs the exact
+        Jacobian only). For a diagonal cell (ParaGRU, jac_structure "diag") both are the same scan.
+        Gradients are the exact adjoint at the result either way.
 
     Raises
     ------
     TypeError, ValueError
-        A value of the wrong type or out of range, naming the argument.
+        A value of the wrong type or out of range, naming the argument; jacobian="quasi" with
+        scan_backend="fused".
 
     Notes
     -----
@@ -87,6 +99,7 @@ class NewtonConfig:
     picard_iters: int = 0
     picard_adapt: bool = False
     scan_backend: str = "auto"
+    jacobian: str = "exact"
 
     def __post_init__(self):
         _check_count("NewtonConfig", "max_iters", self.max_iters)
@@ -104,12 +117,23 @@ class NewtonConfig:
                              f"expected one of {', '.join(map(repr, SCAN_BACKENDS))} ('scan' is the former name "
                              "of 'newton')")
         object.__setattr__(self, "scan_backend", backend)
+        if not isinstance(self.jacobian, str):
+            raise TypeError(f"NewtonConfig: argument 'jacobian' is {self.jacobian!r}, expected one of "
+                            f"{', '.join(map(repr, JACOBIANS))}")
+        if self.jacobian not in JACOBIANS:
+            raise ValueError(f"NewtonConfig: argument 'jacobian' is {self.jacobian!r}, expected one of "
+                             f"{', '.join(map(repr, JACOBIANS))}")
+        if self.jacobian == "quasi" and backend == "fused":
+            raise ValueError("NewtonConfig: argument 'jacobian' is 'quasi' with scan_backend 'fused', expected "
+                             "jacobian 'exact' for the fused mode (its kernel runs the exact Jacobian only) or "
+                             "scan_backend 'auto', 'newton' or 'sequential' for 'quasi'")
 
     def _operator_config(self, eager: bool) -> list[float]:
-        """The config as the Newton operators' ``float[] config`` argument, layout version 1
+        """The config as the Newton operators' ``float[] config`` argument, layout version 2
         (src/adapters/torch/newton_ops.hpp): [version, max_iters, omega, residual_atol,
-        residual_fail, picard_iters, picard_adapt, scan_backend], None as -1, picard_adapt as 0 or
-        1, scan_backend as its index in SCAN_BACKENDS.
+        residual_fail, picard_iters, picard_adapt, scan_backend, jacobian], None as -1,
+        picard_adapt as 0 or 1, scan_backend as its index in SCAN_BACKENDS, jacobian as its index
+        in JACOBIANS.
 
         The settings that read the residual on the host (residual_atol, residual_fail,
         picard_adapt) are dropped unless eager. residual_fail reaches the solver only with
@@ -121,7 +145,8 @@ class NewtonConfig:
         adapt = self.picard_adapt and eager
         return [float(_OPERATOR_CONFIG_VERSION), float(self.max_iters), float(self.omega),
                 threshold(self.residual_atol), threshold(self.residual_fail if adapt else None),
-                float(self.picard_iters), float(adapt), float(SCAN_BACKENDS.index(self.scan_backend))]
+                float(self.picard_iters), float(adapt), float(SCAN_BACKENDS.index(self.scan_backend)),
+                float(JACOBIANS.index(self.jacobian))]
 
 
 def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> NewtonConfig:
@@ -396,6 +421,8 @@ class ParaSLSTM(nn.Module):
         How forward() solves. Default ``NewtonConfig(scan_backend="sequential")``: Newton's
         iterations from the default guess converge slowly for this cell (docs/solvers.md,
         "ParaSLSTM's convergence"), so the default is the exact loop over t of the compiled path.
+        The quasi Jacobian converges where exact Newton does not (measured there), e.g.
+        ``NewtonConfig(jacobian="quasi", scan_backend="newton", max_iters=200, residual_atol=1e-10)``.
 
     Attributes
     ----------
@@ -936,6 +963,7 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
                                 _distributed.describe_structure),
             _distributed.Agreed("cfg", "max_iters", cfg.max_iters),
             _distributed.Agreed("cfg", "picard_iters", cfg.picard_iters),
+            _distributed.Agreed("cfg", "jacobian", JACOBIANS.index(cfg.jacobian), lambda code: repr(JACOBIANS[code])),
             _distributed.Agreed("cfg", "omega", _distributed.float_code(cfg.omega), _distributed.describe_float),
             _distributed.Agreed("cfg", "residual_atol", _distributed.float_code(cfg.residual_atol),
                                 _distributed.describe_float),

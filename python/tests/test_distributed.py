@@ -36,6 +36,7 @@ STRUCTURES = ("diag", "block", "dense")
 USER_CELLS = {"dense": DenseGRU, "diag": DiagonalCell, "block2": TwoSlotCell}
 USER_CONFIG = NewtonConfig(max_iters=3, residual_fail=None)  # not converged: the iterations themselves must agree
 EARLY_STOP_CONFIG = NewtonConfig(max_iters=20, picard_iters=1, residual_atol=1e-9)
+QUASI_CONFIG = NewtonConfig(max_iters=3, residual_fail=None, jacobian="quasi")  # not converged
 
 
 # ---- the cases, built alike in every process ------------------------------------------------------
@@ -147,6 +148,13 @@ def run_early_stop(group, split):
                         process_group=group)
 
 
+def run_quasi(group, kind, split):
+    """The quasi Jacobian's iterations: distributed diagonal scans."""
+    me = dist.get_rank(group)
+    cell, x, h0, _ = user_cell_case(kind, 24)
+    return newton_apply(cell, piece(x, split, me), QUASI_CONFIG, h0=h0 if me == 0 else None, process_group=group)
+
+
 def run_half(group, dtype, split):
     me = dist.get_rank(group)
     A, b, h0, _ = scan_case("dense", False, 14)
@@ -215,6 +223,8 @@ def run_errors(group):
     errors["group"] = caught(lambda: linear_scan(A, b, process_group="world"))
     cell, x, h0_cell, _ = user_cell_case("diag", 6)
     errors["cfg"] = caught(lambda: newton_apply(cell, x, NewtonConfig(max_iters=2 + me), process_group=group))
+    errors["jacobian"] = caught(lambda: newton_apply(cell, x, NewtonConfig(jacobian="quasi" if me else "exact"),
+                                                     process_group=group))
     errors["newton_h0"] = caught(lambda: newton_apply(cell, x, h0=h0_cell, process_group=group))
     gru, x_gru, _, _ = builtin_case("gru", 7)
     diverging, x_stiff = stiff_gru()
@@ -243,6 +253,8 @@ def rank_cases(group, name):
     results["h0_only_newton"] = run_newton_h0_only(group, NEWTON_SPLITS[name][1 if name == "world" else 0])
     results["second_derivative"] = run_second_derivative(group)
     results["early_stop"] = run_early_stop(group, NEWTON_SPLITS[name][0])
+    for kind in ("dense", "block2"):
+        results[("quasi", kind)] = run_quasi(group, kind, NEWTON_SPLITS[name][0])
     for dtype in (torch.float32, torch.bfloat16):
         results[("half", dtype)] = run_half(group, dtype, SCAN_SPLITS[name][0])
     split = SCAN_SPLITS[name][0]
@@ -410,6 +422,16 @@ def test_early_stop_and_picard_sweeps_agree_with_one_process(ranks):
         assert_close(torch.cat([r["early_stop"] for r in per_rank], dim=1), expected, name)
 
 
+@pytest.mark.parametrize("kind", ["dense", "block2"])
+def test_quasi_iterations_agree_with_one_process(ranks, kind):
+    cell, x, h0, _ = user_cell_case(kind, 24)
+    expected = newton_apply(cell, x, QUASI_CONFIG, h0=h0, compile=False)
+    exact = newton_apply(cell, x, NewtonConfig(max_iters=3, residual_fail=None), h0=h0, compile=False)
+    assert (expected - exact).abs().max() > 1e-6  # the quasi iterates are not the exact ones
+    for name, per_rank in groups(ranks):
+        assert_close(torch.cat([r[("quasi", kind)] for r in per_rank], dim=1), expected, name)
+
+
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
 def test_float32_and_bfloat16_scans_agree_with_one_process(ranks, dtype, tolerance):
     """Half types: the maps are combined in float32; the state entering each rank is rounded to the
@@ -443,6 +465,7 @@ def test_mismatched_ranks_raise_on_every_rank(ranks):
         "h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
         "grad_mode": ("RuntimeError", "torch.is_grad_enabled() is True on group rank 0, False on group rank 1"),
         "cfg": ("ValueError", "argument 'cfg' has max_iters 2 on group rank 0, 3 on group rank 1"),
+        "jacobian": ("ValueError", "argument 'cfg' has jacobian 'exact' on group rank 0, 'quasi' on group rank 1"),
         "newton_h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
         "fused": ("ValueError", "argument 'cfg' has scan_backend 'fused'"),
         "diverged": ("NewtonDivergenceError", "the Newton solve did not converge"),

@@ -203,7 +203,7 @@ def test_errors_name_the_argument(device):
     with pytest.raises(ValueError, match="argument 'h0' has shape"):
         torch.ops.paraseq.para_gru(u, a, torch.zeros(2, 5, device=device), op_config(), False)
     with pytest.raises(ValueError, match=r"argument 'config' has entry 2 \(omega\) = 1.5, expected 0 < omega <= 1"):
-        torch.ops.paraseq.para_gru(u, a, None, [1, 3, 1.5, -1, -1, 0, 0, 0], False)
+        torch.ops.paraseq.para_gru(u, a, None, [2, 3, 1.5, -1, -1, 0, 0, 0, 0], False)
 
 
 # ---- second derivatives ---------------------------------------------------------------------------
@@ -505,9 +505,9 @@ def test_counts_that_do_not_fit_are_refused(device, value):
     u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
     with pytest.raises(ValueError, match=f"para_gru: argument 'config' has entry 1 \\(max_iters\\) = {value}, "
                                          r"expected an integer with 0 <= value <= 2147483647"):
-        torch.ops.paraseq.para_gru(u, a, None, [1, value, 1.0, -1, -1, 0, 0, 1], False)
+        torch.ops.paraseq.para_gru(u, a, None, [2, value, 1.0, -1, -1, 0, 0, 1, 0], False)
     with pytest.raises(ValueError, match=f"para_lstm: argument 'config' has entry 5 \\(picard_iters\\) = {value}"):
-        torch.ops.paraseq.para_lstm(u, a, a[:2], None, [1, 3, 1.0, -1, -1, value, 0, 1], False)
+        torch.ops.paraseq.para_lstm(u, a, a[:2], None, [2, 3, 1.0, -1, -1, value, 0, 1, 0], False)
 
 
 def test_other_settings_are_checked():
@@ -521,26 +521,29 @@ def test_other_settings_are_checked():
 
 
 def test_the_config_reaches_the_operators_as_one_list_in_the_documented_layout():
-    """Layout version 1 of src/adapters/torch/newton_ops.hpp, written out here: [version, max_iters,
-    omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend], None as -1."""
+    """Layout version 2 of src/adapters/torch/newton_ops.hpp, written out here: [version, max_iters,
+    omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend, jacobian], None
+    as -1."""
     config = NewtonConfig(max_iters=7, omega=0.5, residual_atol=1e-6, residual_fail=1e-2, picard_iters=2,
                           picard_adapt=True, scan_backend="sequential")
-    assert config._operator_config(eager=True) == [1, 7, 0.5, 1e-6, 1e-2, 2, 1, 3]
+    assert config._operator_config(eager=True) == [2, 7, 0.5, 1e-6, 1e-2, 2, 1, 3, 0]
     # Compiled: the settings that read the residual on the host are dropped.
-    assert config._operator_config(eager=False) == [1, 7, 0.5, -1, -1, 2, 0, 3]
+    assert config._operator_config(eager=False) == [2, 7, 0.5, -1, -1, 2, 0, 3, 0]
     # Without picard_adapt the threshold is newton_apply's check, not the solver's.
-    assert NewtonConfig(scan_backend="scan")._operator_config(eager=True) == [1, 3, 1.0, -1, -1, 0, 0, 1]
+    assert NewtonConfig(scan_backend="scan")._operator_config(eager=True) == [2, 3, 1.0, -1, -1, 0, 0, 1, 0]
+    assert NewtonConfig(jacobian="quasi")._operator_config(eager=False) == [2, 3, 1.0, -1, -1, 0, 0, 0, 1]
 
 
 @pytest.mark.parametrize("config, message", [
-    ([1, 3, 1.0, -1, -1, 0, 0], r"7 entries, expected 8 \(paraseq.NewtonConfig layout version 1"),
-    ([2, 3, 1.0, -1, -1, 0, 0, 0], r"layout version 2, expected 1"),
-    ([1, 2.5, 1.0, -1, -1, 0, 0, 0], r"entry 1 \(max_iters\) = 2.5, expected an integer"),
-    ([1, 3, 0.0, -1, -1, 0, 0, 0], r"entry 2 \(omega\) = 0, expected 0 < omega <= 1"),
-    ([1, 3, 1.0, -0.5, -1, 0, 0, 0], r"entry 3 \(residual_atol\) = -0.5, expected -1 \(None\) or a number >= 0"),
-    ([1, 3, 1.0, -1, float("nan"), 0, 0, 0], r"entry 4 \(residual_fail\) = nan, expected -1 \(None\)"),
-    ([1, 3, 1.0, -1, -1, 0, 2, 0], r"entry 6 \(picard_adapt\) = 2, expected 0 \(False\) or 1 \(True\)"),
-    ([1, 3, 1.0, -1, -1, 0, 0, 4], r'entry 7 \(scan_backend\) = 4, expected 0 \("auto"\), 1 \("newton"\)'),
+    ([2, 3, 1.0, -1, -1, 0, 0, 0], r"8 entries, expected 9 \(paraseq.NewtonConfig layout version 2"),
+    ([1, 3, 1.0, -1, -1, 0, 0, 0, 0], r"layout version 1, expected 2"),
+    ([2, 2.5, 1.0, -1, -1, 0, 0, 0, 0], r"entry 1 \(max_iters\) = 2.5, expected an integer"),
+    ([2, 3, 0.0, -1, -1, 0, 0, 0, 0], r"entry 2 \(omega\) = 0, expected 0 < omega <= 1"),
+    ([2, 3, 1.0, -0.5, -1, 0, 0, 0, 0], r"entry 3 \(residual_atol\) = -0.5, expected -1 \(None\) or a number >= 0"),
+    ([2, 3, 1.0, -1, float("nan"), 0, 0, 0, 0], r"entry 4 \(residual_fail\) = nan, expected -1 \(None\)"),
+    ([2, 3, 1.0, -1, -1, 0, 2, 0, 0], r"entry 6 \(picard_adapt\) = 2, expected 0 \(False\) or 1 \(True\)"),
+    ([2, 3, 1.0, -1, -1, 0, 0, 4, 0], r'entry 7 \(scan_backend\) = 4, expected 0 \("auto"\), 1 \("newton"\)'),
+    ([2, 3, 1.0, -1, -1, 0, 0, 0, 0.5], r'entry 8 \(jacobian\) = 0.5, expected 0 \("exact"\) or 1 \("quasi"\)'),
 ])
 def test_a_malformed_packed_config_is_refused_naming_the_field(device, config, message):
     u, a = torch.randn(2, 5, 18, device=device), torch.randn(3, 6, device=device)
@@ -553,26 +556,33 @@ def test_a_malformed_packed_config_is_refused_naming_the_field(device, config, m
 def test_every_packed_setting_changes_the_solve(device):
     """Each field of the list reaches the C++ solver: against the float64 loop, one iteration of
     plain Newton is inexact, the sequential mode (scan_backend 3) is exact, damping (omega) and
-    Picard sweeps move the one-iteration result, and residual_atol stops a long solve early."""
+    Picard sweeps move the one-iteration result, residual_atol stops a long solve early, and the
+    quasi Jacobian (jacobian 1) moves a ParaLSTM's one-iteration result (ParaGRU's Jacobian is
+    diagonal: its quasi Jacobian is the exact one)."""
     cell = ParaGRU(4, 6).to(device, torch.float64)
     x = 3 * small_inputs(cell)
     u = x @ cell.in_proj.weight.T + cell.in_proj.bias
     exact = gru_loop(cell, x)
     solve = lambda config: torch.ops.paraseq.para_gru(u, cell.recurrent, None, config, True)
-    one, one_residual, _ = solve([1, 1, 1.0, -1, -1, 0, 0, 1])
+    one, one_residual, _ = solve([2, 1, 1.0, -1, -1, 0, 0, 1, 0])
     assert (one - exact).abs().max() > 1e-6 and one_residual.max() > 1e-6
-    assert (solve([1, 1, 1.0, -1, -1, 0, 0, 3])[0] - exact).abs().max() <= 1e-12
-    assert not torch.equal(solve([1, 1, 0.5, -1, -1, 0, 0, 1])[0], one)
-    assert not torch.equal(solve([1, 1, 1.0, -1, -1, 2, 0, 1])[0], one)
-    many = solve([1, 40, 1.0, -1, -1, 0, 0, 1])[0]
-    early = solve([1, 40, 1.0, 1e-4, -1, 0, 0, 1])[0]
+    assert (solve([2, 1, 1.0, -1, -1, 0, 0, 3, 0])[0] - exact).abs().max() <= 1e-12
+    assert not torch.equal(solve([2, 1, 0.5, -1, -1, 0, 0, 1, 0])[0], one)
+    assert not torch.equal(solve([2, 1, 1.0, -1, -1, 2, 0, 1, 0])[0], one)
+    many = solve([2, 40, 1.0, -1, -1, 0, 0, 1, 0])[0]
+    early = solve([2, 40, 1.0, 1e-4, -1, 0, 0, 1, 0])[0]
     assert (many - exact).abs().max() <= 1e-12 and not torch.equal(early, many)
+    assert torch.equal(solve([2, 1, 1.0, -1, -1, 0, 0, 1, 1])[0], one)
+    lstm = ParaLSTM(4, 6).to(device, torch.float64)
+    u = x @ lstm.in_proj.weight.T + lstm.in_proj.bias
+    solve = lambda config: torch.ops.paraseq.para_lstm(u, 2 * lstm.recurrent, lstm.peephole, None, config, False)[0]
+    assert not torch.equal(solve([2, 1, 1.0, -1, -1, 0, 0, 1, 1]), solve([2, 1, 1.0, -1, -1, 0, 0, 1, 0]))
 
 
 def test_the_operator_reports_a_divergence_as_data_or_raises_without_the_residual(device):
     cell, x = stiff_gru(device)
     u = (x @ cell.in_proj.weight.T + cell.in_proj.bias).detach()
-    config = [1, 3, 1.0, -1, 1e-3, 0, 0, 1]  # residual_fail 1e-3 in the solver
+    config = [2, 3, 1.0, -1, 1e-3, 0, 0, 1, 0]  # residual_fail 1e-3 in the solver
     h, residual, _ = torch.ops.paraseq.para_gru(u, cell.recurrent.detach(), None, config, True)
     assert residual.shape == (4,) and residual.max() > 1e-3
     with pytest.raises(RuntimeError, match=r"para_gru: .*did not converge.*\(NewtonDivergenceError\)"):

@@ -174,3 +174,17 @@ def test_a_state_of_the_wrong_shape_names_h0():
     cell, x, h0 = case()
     with pytest.raises(ValueError, match=r"argument 'h0' has shape \[2, 4\], expected \[2, 4, 4\]"):
         cell(x, h0[:, 0])
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_the_quasi_jacobian_reaches_the_loop_on_a_long_sequence(compile):
+    """docs/solvers.md, "ParaSLSTM's convergence": from the default guess the quasi Jacobian with
+    residual_atol converges at T = 160 (general path: the diagonal of torch.func's 4 x 4 blocks;
+    compiled path: the C++ quasi scans)."""
+    cell, x, h0 = case(T=160)
+    expected = loop_of(cell, x, h0)
+    config = NewtonConfig(max_iters=200, residual_atol=1e-10, jacobian="quasi", scan_backend="newton")
+    with torch.no_grad():
+        h, stats = newton_apply(cell, x, config, h0=h0, return_stats=True, compile=compile)
+    assert stats.iterations < 200 and stats.residual.max() <= 1e-10
+    assert (h - expected).abs().max() <= 1e-9 * expected.abs().max()

@@ -189,7 +189,7 @@ def test_the_operators_name_their_arguments():
     with pytest.raises(ValueError, match=r"argument 'h0' has shape \[2, 3\], expected \[2, 5\]"):
         plan.extension.newton(u, params, torch.zeros(2, 3, dtype=torch.float64), config, False)
     with pytest.raises(ValueError, match=r"argument 'config' has entry 2 \(omega\) = 0"):
-        plan.extension.newton(u, params, None, [1, 3, 0, -1, -1, 0, 0, 0], False)
+        plan.extension.newton(u, params, None, [2, 3, 0, -1, -1, 0, 0, 0, 0], False)
     h = torch.zeros(2, 4, 5, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"argument 'grad_h' has shape \[2, 4, 4\], expected \[2, 4, 5\]"):
         plan.extension.backward(u, params, None, h, h[..., :4])

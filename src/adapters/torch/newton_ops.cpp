@@ -16,7 +16,8 @@ namespace {
 
 // The entries of the packed config by field name, in layout order (newton_ops.hpp).
 constexpr const char* newton_config_fields[newton_config_layout_size] = {
-    "version", "max_iters", "omega", "residual_atol", "residual_fail", "picard_iters", "picard_adapt", "scan_backend"};
+    "version",      "max_iters",    "omega",        "residual_atol", "residual_fail",
+    "picard_iters", "picard_adapt", "scan_backend", "jacobian"};
 
 // An entry as given: whole numbers in full (2147483648, not 2.14748e+09), others as streams print them.
 std::string entry_text(double value) {
@@ -55,7 +56,7 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
   TORCH_CHECK_VALUE(config.size() == newton_config_layout_size, op, ": argument 'config' has ", config.size(),
                     " entries, expected ", newton_config_layout_size, " (paraseq.NewtonConfig layout version ",
                     newton_config_layout_version, ": version, max_iters, omega, residual_atol, residual_fail, "
-                    "picard_iters, picard_adapt, scan_backend)");
+                    "picard_iters, picard_adapt, scan_backend, jacobian)");
   const PackedConfig packed{op, config};
   const double version = config[0];
   TORCH_CHECK_VALUE(version == newton_config_layout_version, op, ": argument 'config' has layout version ",
@@ -72,6 +73,9 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
   result.picard_iters = packed.integer(5, 0, int_max, count);
   result.picard_adapt = packed.integer(6, 0, 1, "0 (False) or 1 (True)") == 1;
   result.mode = scan_backend_modes[packed.integer(7, 0, 3, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\") or 3 (\"sequential\")")];
+  // The solver refuses the fused mode with the quasi Jacobian itself (newton.hpp, check_newton_config).
+  result.jacobian = packed.integer(8, 0, 1, "0 (\"exact\") or 1 (\"quasi\")") == 1 ? NewtonJacobian::quasi
+                                                                                     : NewtonJacobian::exact;
   return result;
 }
 

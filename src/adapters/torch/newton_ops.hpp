@@ -16,17 +16,22 @@
 namespace paraseq::torch_bridge {
 
 // The operators' `float[] config`: paraseq.NewtonConfig packed by its _operator_config() (python/
-// paraseq/newton.py), layout version 1, one number per entry:
-//   [0] layout version (1)          [4] residual_fail (>= 0, or -1 for None)
-//   [1] max_iters (integer >= 0)    [5] picard_iters (integer >= 0)
-//   [2] omega (0 < omega <= 1)      [6] picard_adapt (0 or 1)
+// paraseq/newton.py), layout version 2, one number per entry:
+//   [0] layout version (2)
+//   [1] max_iters (integer >= 0)
+//   [2] omega (0 < omega <= 1)
 //   [3] residual_atol (>= 0, or -1 for None)
+//   [4] residual_fail (>= 0, or -1 for None)
+//   [5] picard_iters (integer >= 0)
+//   [6] picard_adapt (0 or 1)
 //   [7] scan_backend: 0 "auto", 1 "newton", 2 "fused", 3 "sequential"
+//   [8] jacobian: 0 "exact", 1 "quasi" (NewtonJacobian)
 // Counts are at most 2^31 - 1 (the NewtonConfig holds them as int). Unpacked, checked entry by entry
 // (an error names the entry's field), by newton_config_from_list; the other NewtonConfig fields
-// keep their defaults. A change of layout takes a new version number on both sides.
-inline constexpr int newton_config_layout_version = 1;
-inline constexpr int newton_config_layout_size = 8;
+// keep their defaults. A change of layout takes a new version number on both sides (version 1 had
+// no entry [8]).
+inline constexpr int newton_config_layout_version = 2;
+inline constexpr int newton_config_layout_size = 9;
 NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> config);
 
 // The modes by their scan_backend index (entry [7] above, and the operators' stats output).

@@ -419,6 +419,47 @@ def test_selections_gradcheck_of_x_h0_and_the_parameters():
     assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)
 
 
+class AbsCell(nn.Module):
+    """h_t = decay |h_{t-1}| + h_{t-1} / 2 + x_t: its Jacobian at h_{t-1} = 0 is torch's, 1/2 (the
+    derivative of |h| at 0 is sign(0) = 0), from dual numbers as in the generated vjp."""
+    jac_structure = "diag"
+
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.decay = nn.Parameter(torch.full((hidden_size,), 0.25))
+
+    def step(self, h, x):
+        return self.decay * h.abs() + 0.5 * h + x
+
+
+def test_abs_at_zero_has_torchs_derivative_zero_in_the_newton_iterate():
+    """One Newton iteration from the initial guess h^0_t = step(0, x_t) = x_t linearizes the cell at
+    h^0_{t-1} = x_{t-1}, exactly 0 where x is: its result is h^1_t = h^0_t + J_t (h^1_{t-1} - h^0_{t-1})
+    with J_t = decay sign(x_{t-1}) + 1/2 (a float64 loop here), and the general path's."""
+    cell = AbsCell(5).double()
+    x = torch.randn(2, 12, 5, dtype=torch.float64)
+    x[:, 1::2, :3] = 0  # kinks at every other step
+    h0 = torch.randn(2, 5, dtype=torch.float64)
+    h0[:, 1] = 0
+    decay = cell.decay.detach()
+    guess = x.detach()
+    previous, iterate, expected = h0, h0, []
+    for t in range(12):  # previous: h^0_{t-1}, iterate: h^1_{t-1}
+        slope = decay * torch.sign(previous) + 0.5
+        step = cell.step(previous, x[:, t]).detach() + slope * (iterate - previous)
+        previous, iterate = guess[:, t], step
+        expected.append(step)
+    expected = torch.stack(expected, dim=1)
+    one_iteration = dict(max_iters=1, residual_fail=None)
+    general = newton_apply(cell, x, NewtonConfig(**one_iteration), h0=h0, compile=False)
+    torch.testing.assert_close(general, expected, rtol=0, atol=1e-14)
+    assert (expected - cell_loop(cell, x, h0)).abs().max() > 0.1  # one iteration is not yet the solution
+    for backend in ("newton", "fused"):
+        h = newton_apply(cell, x, NewtonConfig(scan_backend=backend, **one_iteration), h0=h0, compile=True)
+        torch.testing.assert_close(h, expected, rtol=0, atol=1e-14, msg=lambda m: f"{backend}: {m}")
+
+
 # ---- errors --------------------------------------------------------------------------------------
 
 def test_a_declared_structure_that_the_step_does_not_have_is_refused_exactly():

@@ -26,12 +26,16 @@ index_select each) sums the gradients of elements that several groups read. For 
 block structures the source does not depend on hidden_size: one extension serves every size.
 
 Supported in the recurrence: + - * / neg, ** a constant, exp, log, tanh, sigmoid, sin, cos, sqrt,
-abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not (their scalars
-are bools), maximum, minimum, clamp to numbers or tensors; indexing, slicing, reshapes, transposes,
-stack, cat, unbind; sum and mean over any dimensions; matrix products (mm, addmm, mv, addmv, dot,
-bmm: @, F.linear, torch.matmul); zeros_like and the like. The prologue may hold any operation
-torch.vmap can batch, except random ones; it gives booleans (a condition on x alone) as 1 or 0.
-Anything else raises Unsupported naming it.
+abs, relu, reciprocal, sign; leaky_relu, hardtanh (relu6), elu (selu), softplus, hardsigmoid, silu
+with their constants; where, masked_fill, comparisons, isnan, isinf, isfinite, logical
+and/or/xor/not (their scalars are bools), heaviside, maximum, minimum, clamp to numbers or tensors;
+indexing, slicing, reshapes, transposes, stack, cat, unbind; sum and mean, max and min of a
+dimension (their values), amax and amin over any dimensions; matrix products (mm, addmm, mv,
+addmv, dot, bmm: @, F.linear, torch.matmul); zeros_like and the like. The derivatives, in the
+Jacobian from dual numbers as in the vjp, are torch's at kinks and ties too; an operation whose
+result the step is not differentiable in (one used only in a mask) has no adjoint lines. The
+prologue may hold any operation torch.vmap can batch, except random ones; it gives booleans (a
+condition on x alone) as 1 or 0. Anything else raises Unsupported naming it.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from typing import NamedTuple
 import torch
 
 from . import _field_codegen
-from ._field_codegen import _CLAMPS, _MATH_FUNCTIONS, _MOVES, _SELECTIONS, _UNARY, Unsupported, _describe, \
-    _is_boolean, _literal, _name, _shape, check_precision, clamp_bounds, clamp_functions, selection
+from ._field_codegen import _EXTREMES, _MATH_FUNCTIONS, _MOVES, _SELECTIONS, Unsupported, _describe, _is_boolean, \
+    _literal, _name, _shape, _shape_of, check_precision, extreme_kind, extreme_output, selection, unary_functions, \
+    unary_key
 
 STRUCTURE_TYPES = {"diag": "paraseq::Diagonal", "block2": "paraseq::BlockDiagonal<2>",
                    "block4": "paraseq::BlockDiagonal<4>"}
@@ -68,9 +73,10 @@ def trace(token, tensors, state_shape, input_size, dtype, x_dtype):
 # A scalar is an index into Recurrence.ops; an operation is a tuple:
 #   ("h", e)  element e of h_prev (flat, per row)   ("u", c), ("p", c)  column c of the prologue's
 #   ("c", value)  a constant                          inputs, of its parameters
-#   ("unary", name or ("clamp", low, high), a)  ("add" | "sub" | "mul" | "div", a, b)  ("pow", a, exponent)
+#   ("unary", _field_codegen.unary_key, a)      ("add" | "sub" | "mul" | "div", a, b)  ("pow", a, exponent)
 #   ("dot", bias or None, ((a0, b0), (a1, b1), ...))  bias + a0 b0 + a1 b1 + ...
 #   ("sum", divisor, (t0, t1, ...))                   (t0 + t1 + ...) / divisor
+#   ("extreme", maximum, ties, (t0, t1, ...))         max or min of t0, t1, ... (ties: extreme_kind's)
 #   (name of _field_codegen._SELECTIONS, operand, ...)  where, maximum, comparisons, logical operations
 # A scalar of a comparison or logical operation is a bool; the others are numbers.
 
@@ -86,6 +92,8 @@ def _operands(op):
         return ((op[1],) if op[1] is not None else ()) + tuple(x for pair in op[2] for x in pair)
     if kind == "sum":
         return op[2]
+    if kind == "extreme":
+        return op[3]
     return op[1:]
 
 
@@ -205,6 +213,8 @@ class Recurrence:
         schema = getattr(node.target, "_schema", None)
         if schema is not None and schema.is_mutable and isinstance(args[0], torch.fx.Node) and len(args[0].users) > 1:
             raise Unsupported(f"{_describe(node)}, an in-place operation on a value that is used elsewhere")
+        if name == "getitem" and _name(args[0].target) in _EXTREMES:  # of max or min of a dimension
+            return extreme_output(node, self.values[args[0]])
         if name == "getitem":  # of a tuple-valued move (unbind, split)
             return self.values[args[0]][args[1]]
         found = selection(node)
@@ -212,11 +222,9 @@ class Recurrence:
             entry, operands = found
             scalars = [self.as_kind(self.ids(arg), kind == "b") for arg, kind in zip(operands, _SELECTIONS[entry][0])]
             return self.new(_shape(node), scalars, lambda *a: (entry, *a))
-        if name in _UNARY:
-            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("unary", name, a))
-        if name in _CLAMPS:
-            bounds = clamp_bounds(node)
-            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("unary", ("clamp", *bounds), a))
+        key = unary_key(node)
+        if key is not None:
+            return self.new(_shape(node), [self.numbers(args[0])], lambda a: ("unary", key, a))
         if name in ("add", "sub", "mul", "div", "rsub") and len(args) >= 2:
             return self.binary(node, name, args, kwargs)
         if name == "pow" and isinstance(args[0], torch.fx.Node):
@@ -228,6 +236,8 @@ class Recurrence:
             return self.product(node, name, args, kwargs)
         if name in ("sum", "mean"):
             return self.reduction(node, name, args, kwargs)
+        if name in _EXTREMES:
+            return self.extreme(node, name, args)
         if name in ("_to_copy", "to"):  # to the same dtype, to bool, or of bools to numbers
             target = node.meta["val"].dtype
             if target not in (args[0].meta["val"].dtype, torch.bool, self.dtype):
@@ -296,19 +306,29 @@ class Recurrence:
                for n in range(count) for i in range(rows) for j in range(columns)]
         return torch.tensor(ids, dtype=torch.int64).reshape(out_shape)
 
+    @staticmethod
+    def reduced_rows(x, dims):
+        """The scalars of x that each result of a reduction over `dims` (none given: all) reads."""
+        dims = sorted({d % x.dim() for d in dims}) if x.dim() else []
+        dims = dims or list(range(x.dim()))
+        kept = [d for d in range(x.dim()) if d not in dims]
+        return x.permute(kept + dims).reshape(-1, math.prod(x.shape[d] for d in dims)).tolist()
+
     def reduction(self, node, name, args, kwargs):
         if kwargs.get("dtype") is not None:
             raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
-        x = self.numbers(args[0])
-        dims = args[1] if len(args) > 1 and args[1] is not None else []
-        dims = sorted({d % x.dim() for d in dims}) if x.dim() else []
-        dims = dims or list(range(x.dim()))  # no dimensions given: all of them
-        kept = [d for d in range(x.dim()) if d not in dims]
-        count = math.prod(x.shape[d] for d in dims)
-        rows = x.permute(kept + dims).reshape(-1, count).tolist()
-        divisor = count if name == "mean" else 1
+        rows = self.reduced_rows(self.numbers(args[0]), args[1] if len(args) > 1 and args[1] is not None else [])
+        divisor = len(rows[0]) if name == "mean" else 1
         return torch.tensor([self.add(("sum", divisor, tuple(row))) for row in rows],
                             dtype=torch.int64).reshape(_shape(node))
+
+    def extreme(self, node, name, args):
+        """max, min (of a dimension: its values; of everything), amax, amin."""
+        maximum, ties, dims = extreme_kind(node, name)
+        rows = self.reduced_rows(self.numbers(args[0]), dims or [])
+        shape = _shape_of(node.meta["val"][0] if ties == "first" else node.meta["val"])
+        return torch.tensor([self.add(("extreme", maximum, ties, tuple(row))) for row in rows],
+                            dtype=torch.int64).reshape(shape)
 
 
 # ---- the groups ------------------------------------------------------------------------------------
@@ -351,7 +371,8 @@ def _group_program(ops, outputs, owns):
                       "pow": lambda: (kind, reference[op[1]], op[2]),
                       "dot": lambda: (kind, reference[op[1]] if op[1] is not None else None,
                                       tuple((reference[a], reference[b]) for a, b in op[2])),
-                      "sum": lambda: (kind, op[1], tuple(reference[t] for t in op[2]))}.get(
+                      "sum": lambda: (kind, op[1], tuple(reference[t] for t in op[2])),
+                      "extreme": lambda: (kind, op[1], op[2], tuple(reference[t] for t in op[3]))}.get(
                           kind, lambda: (kind, *(reference[x] for x in op[1:])))()
             reference[index] = ("v", len(local))
             local.append(mapped)
@@ -413,18 +434,16 @@ def _adjoint(ref):
         if kind != "c" else None
 
 
-def _unary(function):
-    """(forward, derivative) of a unary operation: a name of _UNARY or ("clamp", low, high)."""
-    return _UNARY[function] if isinstance(function, str) else clamp_functions(*function[1:])
-
-
 def _forward_line(k, op):
     kind, e = op[0], _expression
     if kind in _SELECTIONS:
         value = _SELECTIONS[kind][2](*map(e, op[1:]))
         return f"const {'bool' if _is_boolean_op(op) else 'S'} v{k} = {value};"
+    if kind == "extreme":
+        operands = ", ".join(map(e, op[3]))
+        return f"const S e{k}[] = {{{operands}}}; const S v{k} = {_extreme_helper(op)}(e{k}, {len(op[3])});"
     if kind == "unary":
-        value = _unary(op[1])[0](e(op[2]))
+        value = unary_functions(op[1])[0](e(op[2]))
     elif kind == "pow":
         value = f"{e(op[1])} * {e(op[1])}" if op[2] == 2 else f"power({e(op[1])}, {op[2]!r})"
     elif kind == "dot":
@@ -447,8 +466,10 @@ def _adjoint_lines(k, op):
         reads = [e(ref) for ref in op[1:]]
         terms += [(ref, derivative(reads, y, g)) for ref, derivative in zip(op[1:], _SELECTIONS[kind][3])
                   if derivative is not None]
+    elif kind == "extreme":
+        return _extreme_adjoint_lines(k, op)
     elif kind == "unary":
-        derivative = _unary(op[1])[1]
+        derivative = unary_functions(op[1])[1]
         if derivative is not None:
             terms.append((op[2], derivative(e(op[2]), y, g)))
     elif kind == "pow":
@@ -475,6 +496,54 @@ def _adjoint_lines(k, op):
     return [f"{_adjoint(ref)} += {value};" for ref, value in terms if _adjoint(ref) is not None]
 
 
+def _extreme_helper(op):
+    """The helper of HELPERS that computes an extreme: first_extreme's derivative is the first
+    extreme's, shared_extreme's the mean of those of the values that stand for it."""
+    maximum = "true" if op[1] else "false"
+    return f"first_extreme<{maximum}>" if op[2] == "first" else \
+        f"shared_extreme<{maximum}, {'true' if op[2] == 'shared_with_nan' else 'false'}>"
+
+
+def _extreme_adjoint_lines(k, op):
+    """An extreme's operands' adjoints (reverse mode), as _extreme_helper's derivatives: all to the
+    first value that stands for the result, or shared among the values that stand for it."""
+    operands, g, y = op[3], f"a_v{k}", f"v{k}"
+    if op[2] == "first":
+        lines = ["int at = 0;", f"while (at < {len(operands) - 1} && !same(e{k}[at], {y})) ++at;"]
+        lines += [f"if (at == {j}) {_adjoint(ref)} += {g};" for j, ref in enumerate(operands) if _adjoint(ref)]
+    else:
+        stands = "same" if op[2] == "shared_with_nan" else "equal"
+        lines = ["S ties = 0;",
+                 f"for (int j = 0; j < {len(operands)}; ++j) ties += {stands}(e{k}[j], {y}) ? S(1) : S(0);",
+                 f"const S share = {g} / ties;  // none (amax of a NaN): NaN derivatives, as torch's"]
+        lines += [f"{_adjoint(ref)} += share * ({stands}(e{k}[{j}], {y}) ? S(1) : S(0));"
+                  for j, ref in enumerate(operands) if _adjoint(ref)]
+    return ["{"] + ["  " + line for line in lines] + ["}"]
+
+
+def _differentiated_operands(op):
+    """The operands of an operation that its adjoint reaches (none of a boolean's, of where's
+    condition or of sign)."""
+    if _is_boolean_op(op):
+        return ()
+    if op[0] in _SELECTIONS:
+        return tuple(ref for ref, derivative in zip(op[1:], _SELECTIONS[op[0]][3]) if derivative is not None)
+    if op[0] == "unary" and unary_functions(op[1])[1] is None:
+        return ()
+    return _operands(op)
+
+
+def _live(program):
+    """The operations whose adjoint can be nonzero, as torch's autograd differentiates: those the
+    outputs are differentiable in, so that a value used only in a mask (isnan(log(h))) is not
+    differentiated at all (no 0 times an infinite derivative)."""
+    live = {ref[1] for ref in program.outputs if ref[0] == "v"}
+    for k in reversed(range(len(program.ops))):
+        if k in live:
+            live.update(ref[1] for ref in _differentiated_operands(program.ops[k]) if ref[0] == "v")
+    return live
+
+
 def _structure_type(structure, d):
     """The C++ structure of df/dh; a dense group is the whole state, whose width bounds the solver's
     maps (DenseUpTo<N>: N x N, not Dense's 32 x 32, which compile and run that much faster)."""
@@ -487,7 +556,9 @@ def cell_source(program, structure, d):
     forward = [_forward_line(k, op) for k, op in enumerate(program.ops)]
     store = [f"f[{i}] = {_expression(ref)};" for i, ref in enumerate(program.outputs)]
     seeds = [f"{_adjoint(ref)} += mu[{i}];" for i, ref in enumerate(program.outputs) if _adjoint(ref) is not None]
-    reverse = [line for k in reversed(range(len(program.ops))) for line in _adjoint_lines(k, program.ops[k])]
+    live = _live(program)
+    reverse = [line for k in reversed(range(len(program.ops))) if k in live
+               for line in _adjoint_lines(k, program.ops[k])]
     text = "\n".join(forward + reverse)
     usings = "".join(f"    using Kokkos::{f};\n" for f in _MATH_FUNCTIONS if f"{f}(" in text)
     indent = lambda lines: "".join(f"    {line}\n" for line in lines)

@@ -9,14 +9,19 @@ compile-time state_size, a templated operator() (so dual numbers work) and a vjp
 graph forward and then backward, operation by operation (reverse mode).
 
 Supported: elementwise + - * / neg, pow with a constant exponent, exp, log, tanh, sigmoid, sin,
-cos, sqrt, abs, relu, reciprocal, sign; where, masked_fill, comparisons, logical and/or/xor/not
-(booleans are values of their own kind: bool, no adjoint), maximum, minimum, clamp to numbers or
-to tensors; indexing, slicing, reshaping, transposing, stacking and concatenating (any operation
-that only moves elements within a trajectory); sum and mean over the last dimensions of a
-trajectory's value; matrix products whose second factor is not the state's (y @ W.T + b,
-F.linear, torch.matmul); constants and t. Anything else (torch.sort, a branch on the data, an
-operation that mixes trajectories, arithmetic that torch computes in another dtype) raises
-Unsupported naming it.
+cos, sqrt, abs, relu, reciprocal, sign; leaky_relu, hardtanh (relu6), elu (selu), softplus,
+hardsigmoid, silu with their constants; where, masked_fill, comparisons, isnan, isinf, isfinite,
+logical and/or/xor/not (booleans are values of their own kind: bool, no adjoint), heaviside,
+maximum, minimum, clamp to numbers or to tensors; indexing, slicing, reshaping, transposing,
+stacking and concatenating (any operation that only moves elements within a trajectory); sum,
+mean, amax, amin, and max and min of a dimension (their values; of everything on one trajectory),
+over the last dimensions of a trajectory's value; matrix products whose second factor is not the
+state's (y @ W.T + b, F.linear, torch.matmul); constants and t. Anything else (torch.sort, a
+branch on the data, an operation that mixes trajectories, arithmetic that torch computes in
+another dtype, the indices of torch.max) raises Unsupported naming it. The derivatives are
+torch's, at kinks and ties too; a value the result is not differentiable in (one used only in a
+mask, as isnan(log(y))) gets no adjoint lines, so that its infinite derivatives do not turn the
+zero adjoint into NaN.
 """
 
 from __future__ import annotations
@@ -83,16 +88,21 @@ def _strides(shape):
     return list(reversed(strides))
 
 
-def _literal(value):
-    """A C++ literal of a Python number, exact for doubles."""
+def _double(value):
+    """A C++ double (or integer) literal of a Python number, exact for doubles."""
     value = float(value)
     if math.isnan(value):
-        return "S(Kokkos::Experimental::quiet_NaN<double>::value)"
+        return "Kokkos::Experimental::quiet_NaN<double>::value"
     if math.isinf(value):
-        return f"S({'' if value > 0 else '-'}Kokkos::Experimental::infinity<double>::value)"
+        return f"{'' if value > 0 else '-'}Kokkos::Experimental::infinity<double>::value"
     if value == int(value) and abs(value) < 2**53:
-        return f"S({int(value)})"
-    return f"S({value!r})"
+        return str(int(value))
+    return repr(value)
+
+
+def _literal(value):
+    """A C++ literal of type S of a Python number, exact for doubles."""
+    return f"S({_double(value)})"
 
 
 class Value:
@@ -157,6 +167,48 @@ _UNARY = {  # name: (forward expression of x, derivative times g of x, output y 
 _UNARY["sgn"] = _UNARY["sign"]  # of a real number
 _MATH_FUNCTIONS = ("exp", "log", "tanh", "sin", "cos", "sqrt", "abs")
 _CLAMPS = ("clamp", "clamp_min", "clamp_max")
+# Unary operations with constant arguments, each a struct of HELPERS (its value and torch's slope,
+# kinks included): name: (the struct, the defaults of the constants after x, in torch's order).
+_ACTIVATIONS = {"leaky_relu": ("leaky_relu", (0.01,)), "elu": ("elu", (1.0, 1.0, 1.0)),
+                "softplus": ("softplus", (1.0, 20.0)), "hardsigmoid": ("hardsigmoid", ()), "silu": ("silu", ())}
+
+
+def _constants(node, defaults, first=1):
+    """The constant number arguments of node after its first `first`, with their defaults."""
+    names = [argument.name for argument in node.target._schema.arguments[first:first + len(defaults)]]
+    values = [node.args[first + k] if first + k < len(node.args) else node.kwargs.get(name, default)
+              for k, (name, default) in enumerate(zip(names, defaults))]
+    for value in values:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise Unsupported(f"{_describe(node)} with an argument {value!r} that is not a constant number")
+    return tuple(float(value) for value in values)
+
+
+def unary_key(node):
+    """The unary operation of a node as a key of unary_functions (a name of _UNARY, ("clamp", low,
+    high) of a clamp to numbers or hardtanh, (name of _ACTIVATIONS, *constants)), or None."""
+    name = _name(node.target)
+    if name in _UNARY:
+        return name
+    if name in _CLAMPS and not _clamps_to_tensors(node):
+        return ("clamp", *clamp_bounds(node))
+    if name == "hardtanh":  # torch's derivative of hardtanh is a clamp's to numbers: 0 at the bounds
+        return ("clamp", *_constants(node, (-1.0, 1.0)))
+    if name in _ACTIVATIONS:
+        return (name, *_constants(node, _ACTIVATIONS[name][1]))
+    return None
+
+
+def unary_functions(key):
+    """(forward expression of x, derivative times g of x, y and g, or None) of a unary_key."""
+    if isinstance(key, str):
+        return _UNARY[key]
+    if key[0] == "clamp":
+        return clamp_functions(*key[1:])
+    struct = f"aten_ops::{_ACTIVATIONS[key[0]][0]}"
+    constants = "".join(f", {_double(c)}" for c in key[1:])
+    return (lambda x: f"apply<{struct}>({x}{constants})",
+            lambda x, y, g: f"{g} * {struct}::slope({x}{constants})")
 
 
 def _half_at(tie, g, otherwise):
@@ -202,6 +254,12 @@ _SELECTIONS = {
     "logical_or": ("bb", "b", lambda a, b: f"({a} || {b})", (None, None)),
     "logical_xor": ("bb", "b", lambda a, b: f"({a} != {b})", (None, None)),
     "logical_not": ("b", "b", lambda a: f"!{a}", (None,)),
+    "isnan": ("n", "b", lambda a: f"is_nan({a})", (None,)),
+    "isinf": ("n", "b", lambda a: f"(equal({a}, {_literal(math.inf)}) || equal({a}, {_literal(-math.inf)}))", (None,)),
+    # torch does not differentiate heaviside; its derivative is taken as the piecewise one: none in
+    # x, the selection's in `values` where x is 0.
+    "heaviside": ("nn", "n", lambda x, v: f"(equal({x}, S(0)) ? {v} : {x} > S(0) ? S(1) : S(0))",
+                  (None, lambda r, y, g: f"(equal({r[0]}, S(0)) ? {g} : S(0))")),
 }
 _BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
             "bitwise_not": "logical_not"}  # & | ^ ~ of booleans
@@ -284,6 +342,100 @@ template <class S>
 KOKKOS_INLINE_FUNCTION S maximum(const S& x, const S& y) { return y < x || !(x <= x) ? x : y; }
 template <class S>
 KOKKOS_INLINE_FUNCTION S minimum(const S& x, const S& y) { return x < y || !(x <= x) ? x : y; }
+template <class S>
+KOKKOS_INLINE_FUNCTION bool is_nan(const S& x) { return !(x <= x); }
+// The reductions max, min, amax and amin as torch's: the running extreme, where the first of equal
+// values stays and a NaN wins (the first NaN); `same` says which values stand for the result in
+// the derivative (equal to it, or both NaN).
+template <class S>
+KOKKOS_INLINE_FUNCTION S first_max(const S& best, const S& x) {
+  return x > best || (is_nan(x) && !is_nan(best)) ? x : best;
+}
+template <class S>
+KOKKOS_INLINE_FUNCTION S first_min(const S& best, const S& x) {
+  return x < best || (is_nan(x) && !is_nan(best)) ? x : best;
+}
+template <class S>
+KOKKOS_INLINE_FUNCTION bool same(const S& x, const S& y) { return equal(x, y) || (is_nan(x) && is_nan(y)); }
+// The extreme of x[0..n) whose derivative is the mean of the derivatives of the values that stand
+// for it (torch's amax and amin: ties_with_nan false, equal values; max and min of a whole tensor:
+// true, and NaNs for a NaN): on dual numbers, the value is the extreme's, the derivatives the mean.
+template <bool Max, class S>
+KOKKOS_INLINE_FUNCTION S first_extreme(const S* x, int n) {
+  S best = x[0];
+  for (int k = 1; k < n; ++k) best = Max ? first_max(best, x[k]) : first_min(best, x[k]);
+  return best;
+}
+template <bool Max, bool TiesWithNaN, class S>
+KOKKOS_INLINE_FUNCTION S shared_extreme(const S* x, int n) {
+  const S best = first_extreme<Max>(x, n);
+  if constexpr (std::is_floating_point_v<S>) {
+    return best;
+  } else {
+    S sum(0);
+    int ties = 0;
+    for (int k = 0; k < n; ++k)
+      if (TiesWithNaN ? same(x[k], best) : equal(x[k], best)) {
+        sum += x[k];
+        ++ties;
+      }
+    S mean = sum / S(decltype(best.value)(ties));  // no ties (amax of a NaN): NaN derivatives, as torch's
+    mean.value = best.value;
+    return mean;
+  }
+}
+// y = Op::value(x, c...) with torch's derivative Op::slope(x, c...), also on dual numbers (so that
+// a cell's Jacobian has torch's derivatives at the kinks too); the constants c are doubles.
+template <class Op, class S, class... C>
+KOKKOS_INLINE_FUNCTION S apply(const S& x, C... c) {
+  if constexpr (std::is_floating_point_v<S>) return Op::value(x, double(c)...);
+  else return x.chain(Op::value(x.value, double(c)...), Op::slope(x.value, double(c)...));
+}
+// torch's activations (their CPU kernels' formulas) and derivatives, of a number x.
+namespace aten_ops {
+struct leaky_relu {  // slope at 0: negative_slope
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V value(V x, double negative_slope) { return x > V(0) ? x : x * V(negative_slope); }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V slope(V x, double negative_slope) { return x > V(0) ? V(1) : V(negative_slope); }
+};
+struct elu {  // slope at 0: the negative branch's, alpha scale input_scale
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V value(V x, double alpha, double scale, double input_scale) {
+    return x <= V(0) ? Kokkos::expm1(x * V(input_scale)) * (V(alpha) * V(scale)) : x * V(scale);
+  }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V slope(V x, double alpha, double scale, double input_scale) {
+    return x <= V(0) ? V(input_scale) * (V(alpha) * V(scale)) * Kokkos::exp(x * V(input_scale)) : V(scale);
+  }
+};
+struct softplus {  // x itself above the threshold of beta x
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V value(V x, double beta, double threshold) {
+    return x * V(beta) > V(threshold) ? x : V(Kokkos::log1p(Kokkos::exp(x * V(beta)))) / V(beta);
+  }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V slope(V x, double beta, double threshold) {
+    const V z = Kokkos::exp(x * V(beta));
+    return x * V(beta) > V(threshold) ? V(1) : z / (z + V(1));
+  }
+};
+struct hardsigmoid {  // slope 0 at -3 and 3; inside, torch's kernel's one sixth in float
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V value(V x) { return minimum(maximum(x + V(3), V(0)), V(6)) / V(6); }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V slope(V x) { return x > V(-3) && x < V(3) ? V(1.0f / 6.0f) : V(0); }
+};
+struct silu {
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V value(V x) { return x / (V(1) + Kokkos::exp(-x)); }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION static V slope(V x) {
+    const V sigmoid = V(1) / (V(1) + Kokkos::exp(-x));
+    return sigmoid * (V(1) + x * (V(1) - sigmoid));
+  }
+};
+}  // namespace aten_ops
 """
 # Operations that only move elements (within a trajectory): evaluated on integer codes to find
 # where each output element comes from.
@@ -294,7 +446,8 @@ _MOVES = {"select", "slice", "unsqueeze", "squeeze", "squeeze_", "view", "_unsaf
 _PRODUCTS = {"mm", "addmm", "mv", "dot"}
 # Operations that select or place values, whose results are the same computed in any floating
 # dtype at least as wide as torch's (the others are refused in another dtype: check_precision).
-_EXACT_IN_ANY_DTYPE = _MOVES | {"getitem", "where", "masked_fill", "maximum", "minimum", "zeros_like", "ones_like",
+_EXACT_IN_ANY_DTYPE = _MOVES | {"getitem", "where", "masked_fill", "maximum", "minimum", "max", "min", "amax", "amin",
+                                "heaviside", "zeros_like", "ones_like",
                                 "full_like", "scalar_tensor", "full", "zeros", "ones", "new_zeros", "new_ones",
                                 "new_full", "_to_copy", "to"}
 
@@ -327,7 +480,41 @@ def _name(target):
 
 def _shape(node):
     """A traced value's shape as ints (under torch.compile the trace's sizes are SymInts)."""
-    return tuple(int(size) for size in node.meta["val"].shape)
+    return _shape_of(node.meta["val"])
+
+
+def _shape_of(value):
+    return tuple(int(size) for size in value.shape)
+
+
+# Reductions to an extreme: name: whether a maximum.
+_EXTREMES = {"max": True, "min": False, "amax": True, "amin": False}
+
+
+def extreme_kind(node, name):
+    """(whether a maximum, how torch shares the derivative: "first" (max and min of a dimension:
+    to the first extreme), "shared" (amax and amin: among the values equal to it) or
+    "shared_with_nan" (max and min of everything: also among NaNs), the dimensions reduced or None
+    for all) of a reduction of _EXTREMES."""
+    overload = getattr(node.target, "_overloadname", "")
+    if name in ("max", "min") and overload == "dim":
+        return _EXTREMES[name], "first", [node.args[1]]
+    if name in ("max", "min") and overload == "default":
+        return _EXTREMES[name], "shared_with_nan", None
+    if name in ("amax", "amin"):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+        return _EXTREMES[name], "shared", list(dims) or None
+    raise Unsupported(_describe(node))
+
+
+def extreme_output(node, values):
+    """getitem of max or min of a dimension: its values; its indices are refused where used."""
+    if node.args[1] == 0:
+        return values
+    if node.users:
+        raise Unsupported(f"the indices of {_describe(node.args[0])} (torch.max or torch.min of a dimension: "
+                          "their values are supported, their indices are not)")
+    return None
 
 
 def _describe(node):
@@ -342,6 +529,7 @@ class FieldGenerator:
         self.graph_module, self.n, self.one_trajectory = graph_module, n, one_trajectory
         self.forward, self.backward, self.adjoints = [], [], []
         self.values, self.used_tensors, self.math = {}, [], set()
+        self.extremes = {}  # the values of max and min of a dimension, whose indices are not taken
         self.tensor_shapes = tensor_shapes
         self.counter = 0
         self.uses = {}
@@ -360,8 +548,9 @@ class FieldGenerator:
             self.adjoints.append(f"S g_{name} = 0;" if size == 1 else f"S g_{name}[{size}] = {{}};")
         return _array(name, shape, active, batched, boolean)
 
-    def row_shape(self, node, batched):
-        shape = _shape(node)
+    def row_shape(self, node, batched, shape=None):
+        """The shape per trajectory of node's value (or of `shape`, one of its values)."""
+        shape = _shape(node) if shape is None else shape
         if batched and not self.one_trajectory:
             if not shape or shape[0] != TRACE_BATCH:
                 raise Unsupported(f"{_describe(node)} giving shape {list(shape)}, which moves the trajectories' "
@@ -585,31 +774,68 @@ class FieldGenerator:
             self.backward.append(_block(heads, back))
         return out
 
-    def reduction(self, node, name, args, kwargs):
-        """sum or mean over the trailing dimensions of one trajectory's value."""
-        x = self.operand(args[0])
-        full = _shape(args[0])
-        dims = sorted({d % len(full) for d in args[1]}) if len(full) else []
-        if kwargs.get("dtype") is not None:
-            raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
+    def reduced(self, node, x_arg, dims, out_shape, comment):
+        """(x, its group of elements per output, the output, the loop heads over the outputs, the
+        output index, x's element k of the output) of a reduction over the trailing dimensions
+        `dims` of one trajectory's value (None: all of them)."""
+        x = self.operand(x_arg)
+        full = _shape(x_arg)
+        given = list(range(len(full))) if dims is None else list(dims)
+        dims = sorted({d % len(full) for d in given}) if len(full) else []
         first = 1 if (x.batched and not self.one_trajectory) else 0
         if not dims or dims[0] < first or dims != list(range(dims[0], len(full))):
-            raise Unsupported(f"{_describe(node)} over dimensions {list(args[1])} of a value of shape {list(full)} "
+            raise Unsupported(f"{_describe(node)} over dimensions {given} of a value of shape {list(full)} "
                               "(reductions over the last dimensions of one trajectory's value only)")
         group = math.prod(full[d] for d in dims)
-        out_shape = self.row_shape(node, x.batched)
+        out_shape = self.row_shape(node, x.batched, out_shape)
         count = math.prod(out_shape)
-        out = self.fresh(out_shape, x.active, x.batched, f"aten.{name} of {group} elements")
-        scale = "" if name == "sum" else f" / S({group})"
+        out = self.fresh(out_shape, x.active, x.batched, f"aten.{comment} of {group} elements")
         o = "i" if count > 1 else "0"
-        element = _flat([(o, group), ("k", 1)])
+        heads = [f"for (int i = 0; i < {count}; ++i)"] if count > 1 else []
+        return x, group, out, heads, o, _flat([(o, group), ("k", 1)])
+
+    def reduction(self, node, name, args, kwargs):
+        """sum or mean over the trailing dimensions of one trajectory's value."""
+        if kwargs.get("dtype") is not None:
+            raise Unsupported(f"{_describe(node)} with dtype={kwargs['dtype']}")
+        x, group, out, heads, o, element = self.reduced(node, args[0], args[1], None, name)
+        scale = "" if name == "sum" else f" / S({group})"
         body = ["S sum = 0;", f"for (int k = 0; k < {group}; ++k) sum += {x.read(element)};",
                 f"{out.read(o)} = sum{scale};"]
-        heads = [f"for (int i = 0; i < {count}; ++i)"] if count > 1 else []
         self.forward.extend(_block(heads, body))
         if x.active:
             back = [f"for (int k = 0; k < {group}; ++k) {x.adjoint(element)} += {out.adjoint(o)}{scale};"]
             self.backward.append([" ".join(heads + back)] if heads else back)
+        return out
+
+    def extreme(self, node, name, args):
+        """max, min (of a dimension, giving values and indices, or of everything), amax or amin
+        over the trailing dimensions of one trajectory's value, with torch's derivatives: to the
+        first extreme (max and min of a dimension), or shared by the values equal to it (the
+        others; max and min of everything count NaNs as equal to a NaN result)."""
+        maximum, ties, dims = extreme_kind(node, name)
+        values_shape = _shape_of(node.meta["val"][0] if ties == "first" else node.meta["val"])
+        x, group, out, heads, o, element = self.reduced(node, args[0], dims, values_shape, name)
+        running = "first_max" if maximum else "first_min"
+        body = [f"S best = {x.read(_flat([(o, group)]))};",
+                f"for (int k = 1; k < {group}; ++k) best = {running}(best, {x.read(element)});",
+                f"{out.read(o)} = best;"]
+        self.forward.extend(_block(heads, body))
+        if x.active:
+            y, g, read = out.read(o), out.adjoint(o), x.read(element)
+            if ties == "first":
+                back = ["int k = 0;", f"while (k < {group - 1} && !same({read}, {y})) ++k;",
+                        f"{x.adjoint(element)} += {g};"]
+            else:
+                stands = f"same({read}, {y})" if ties == "shared_with_nan" else f"equal({read}, {y})"
+                back = ["S ties = 0;", f"for (int k = 0; k < {group}; ++k) ties += {stands} ? S(1) : S(0);",
+                        "// none (amax of a NaN): NaN derivatives, as torch's",
+                        f"for (int k = 0; k < {group}; ++k) "
+                        f"{x.adjoint(element)} += {g} / ties * ({stands} ? S(1) : S(0));"]
+            self.backward.append(_block(heads, back))
+        if ties == "first":
+            self.extremes[node] = out
+            return None
         return out
 
     def factor(self, arg):
@@ -662,6 +888,7 @@ class FieldGenerator:
                                       lambda i, o=offset: f"p_bar.shared({_offset(o, i)})")
             offset += math.prod(shape)
         self.shared_count = offset
+        needed = needing_adjoints(self.graph_module.graph)
         output = None
         for node in self.graph_module.graph.nodes:
             if node.op == "placeholder":
@@ -676,7 +903,13 @@ class FieldGenerator:
             if node.op != "call_function":
                 raise Unsupported(_describe(node))
             if node not in self.transposes:
+                emitted = len(self.backward), len(self.adjoints)
                 value = self.call(node)  # of the node's kind: booleans for a tensor of bools
+                if node not in needed:  # no adjoint: none of its 0 times an infinite derivative
+                    del self.backward[emitted[0]:], self.adjoints[emitted[1]:]
+                    value = _inactive(value) if value is not None else None
+                    if node in self.extremes:
+                        self.extremes[node] = _inactive(self.extremes[node])
                 self.values[node] = as_kind(value, _is_boolean(node)) if value is not None else None
         if isinstance(output, (tuple, list)):
             raise Unsupported("a function returning a tuple (return one tensor of y's shape)")
@@ -710,8 +943,9 @@ class FieldGenerator:
             kinds, result, forward, derivatives = _SELECTIONS[found[0]]
             operands = [self.operand(arg, kind == "b") for arg, kind in zip(found[1], kinds)]
             return self.elementwise(node, operands, forward, derivatives, result == "b")
-        if name in _UNARY or name in _CLAMPS:
-            forward, derivative = _UNARY[name] if name in _UNARY else clamp_functions(*clamp_bounds(node))
+        key = unary_key(node)
+        if key is not None:
+            forward, derivative = unary_functions(key)
             self.math.update(f for f in _MATH_FUNCTIONS
                              if f + "(" in forward("x") + (derivative("x", "y", "g") if derivative else ""))
             return self.elementwise(node, [self.operand(args[0])], forward,
@@ -726,6 +960,10 @@ class FieldGenerator:
             return self.product(node, name, args, kwargs)
         if name in ("sum", "mean") and len(args) >= 2:
             return self.reduction(node, name, args, kwargs)
+        if name in _EXTREMES:
+            return self.extreme(node, name, args)
+        if name == "getitem" and node.args[0] in self.extremes:
+            return extreme_output(node, self.extremes[node.args[0]])
         if name in _MOVES or name == "getitem":
             return self.moves(node, name)
         if name in ("zeros_like", "ones_like", "full_like", "scalar_tensor", "full", "zeros", "ones"):
@@ -770,6 +1008,27 @@ def _fill(node, shape):
     if not isinstance(value, (int, float)) or (isinstance(value, bool) and not _is_boolean(node)):
         raise Unsupported(_describe(node) + " with a value that is not a constant number")
     return torch.full(shape, value, dtype=node.meta["val"].dtype)  # the value in torch's dtype
+
+
+def _inactive(value):
+    return Value(value.shape, value.read, None, value.batched, value.boolean)
+
+
+def needing_adjoints(graph):
+    """The nodes whose adjoint can be nonzero: those the output is differentiable in (as torch's
+    autograd, which does not differentiate through a comparison or where's condition), so that a
+    value used only in a mask (isnan(log(y))) is not differentiated at all."""
+    output = next(node for node in graph.nodes if node.op == "output").args[0]
+    needed = {output} if isinstance(output, torch.fx.Node) else set()
+    for node in reversed(list(graph.nodes)):
+        if node in needed:
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+                continue  # booleans and indices: no derivative
+            positions = {"where": (0,), "masked_fill": (1,), "heaviside": (0,), "sign": (0,), "sgn": (0,)}
+            skipped = {node.args[k] for k in positions.get(_name(node.target), ()) if k < len(node.args)}
+            needed.update(i for i in node.all_input_nodes if i not in skipped)
+    return needed
 
 
 def _depends_on(node, leaves):

@@ -237,9 +237,9 @@ def test_an_unsupported_operation_takes_the_general_path_under_auto_and_raises_u
         newton_apply(DropoutCell(3, 5).double(), x, CONVERGED, compile=True)
 
 
-class NanGuardCell(DiagonalCell):
+class MaxIndexCell(DiagonalCell):
     def step(self, h, x):
-        return torch.where(torch.isnan(h), 0.0, super().step(h, x))
+        return super().step(h, x) + 0.1 * torch.max(h, -1, keepdim=True).indices
 
 
 class NarrowWhereCell(DiagonalCell):
@@ -248,7 +248,8 @@ class NarrowWhereCell(DiagonalCell):
 
 
 @pytest.mark.parametrize("cell_type,named", [
-    (NanGuardCell, r"the operation aten\.isnan"),
+    (MaxIndexCell, r"the indices of the operation aten\.max\.dim \(torch\.max or torch\.min of a dimension: their "
+                   r"values are supported, their indices are not\)"),
     (NarrowWhereCell, r"the operation aten\.mul\.Tensor computed in dtype torch\.float32 in a function of a state "
                       r"of dtype torch\.float64"),
 ])
@@ -414,6 +415,175 @@ def test_selections_in_the_recurrence_equal_the_loop_with_torchs_gradients_at_ti
 
 def test_selections_gradcheck_of_x_h0_and_the_parameters():
     cell, x, h0 = switching_case(B=1, T=5)
+    params = [p.detach().clone().requires_grad_() for p in cell.parameters()]
+    solve = lambda x, h0, *params: solve_with(cell, params, x, h0)
+    assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)
+
+
+def on_the_points(x, points):
+    """x and h0 [B, H] with z = h0 + x[:, 0, :H], the argument of the cells' kinks and ties at the
+    first step, exactly on `points` [H]. (Later steps' states are the solver's, equal to the
+    loop's to rounding only: a kink there is not evaluated at the same point.)"""
+    x = x.detach().clone()
+    x[:, 0, :points.numel()] = 0
+    return x.requires_grad_(), points.repeat(x.shape[0], 1).requires_grad_()
+
+
+def kinks_equal_the_general_path_and_the_loop(cell, reference, x, h0):
+    """In every mode, the compiled solve of `cell` equals the float64 loop and the general path of
+    `reference` (the same cell in operations torch differentiates), gradients included (the
+    generated vjp's), and so does one Newton iteration, which linearizes the cell at h0 (the
+    Jacobian from dual numbers)."""
+    one_iteration = dict(max_iters=1, residual_fail=None)
+    general_iterate = newton_apply(reference, x, NewtonConfig(**one_iteration), h0=h0, compile=False)
+    for backend in ("newton", "fused"):
+        iterate = newton_apply(cell, x, NewtonConfig(scan_backend=backend, **one_iteration), h0=h0, compile=True)
+        torch.testing.assert_close(iterate, general_iterate, rtol=1e-12, atol=1e-13, msg=lambda m: f"{backend}: {m}")
+    expected = cell_loop(reference, x, h0)
+    general = newton_apply(reference, x, CONVERGED, h0=h0, compile=False)
+    assert (general - expected).abs().max() <= 1e-12
+    weight = torch.randn_like(expected)
+    wanted = gradients(expected, [x, h0] + list(reference.parameters()), weight)
+    general_grads = gradients(general, [x, h0] + list(reference.parameters()), weight)
+    for backend in ("newton", "fused", "sequential"):
+        h = newton_apply(cell, x, NewtonConfig(max_iters=30, scan_backend=backend), h0=h0, compile=True)
+        assert (h - expected).abs().max() <= 1e-12, backend
+        named = lambda message: f"{backend}: {message}"
+        for got, want, general_grad in zip(gradients(h, [x, h0] + list(cell.parameters()), weight), wanted,
+                                           general_grads):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11, msg=named)
+            torch.testing.assert_close(got, general_grad, rtol=1e-9, atol=1e-11, msg=named)
+
+
+class AbsCell(nn.Module):
+    """h_t = decay |h_{t-1}| + h_{t-1} / 2 + x_t: its Jacobian at h_{t-1} = 0 is torch's, 1/2 (the
+    derivative of |h| at 0 is sign(0) = 0), from dual numbers as in the generated vjp."""
+    jac_structure = "diag"
+
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.decay = nn.Parameter(torch.full((hidden_size,), 0.25))
+
+    def step(self, h, x):
+        return self.decay * h.abs() + 0.5 * h + x
+
+
+def test_abs_at_zero_has_torchs_derivative_zero_in_the_newton_iterate():
+    """One Newton iteration from the initial guess h^0_t = step(0, x_t) = x_t linearizes the cell at
+    h^0_{t-1} = x_{t-1}, exactly 0 where x is: its result is h^1_t = h^0_t + J_t (h^1_{t-1} - h^0_{t-1})
+    with J_t = decay sign(x_{t-1}) + 1/2 (a float64 loop here), and the general path's."""
+    cell = AbsCell(5).double()
+    x = torch.randn(2, 12, 5, dtype=torch.float64)
+    x[:, 1::2, :3] = 0  # kinks at every other step
+    h0 = torch.randn(2, 5, dtype=torch.float64)
+    h0[:, 1] = 0
+    decay = cell.decay.detach()
+    guess = x.detach()
+    previous, iterate, expected = h0, h0, []
+    for t in range(12):  # previous: h^0_{t-1}, iterate: h^1_{t-1}
+        slope = decay * torch.sign(previous) + 0.5
+        step = cell.step(previous, x[:, t]).detach() + slope * (iterate - previous)
+        previous, iterate = guess[:, t], step
+        expected.append(step)
+    expected = torch.stack(expected, dim=1)
+    one_iteration = dict(max_iters=1, residual_fail=None)
+    general = newton_apply(cell, x, NewtonConfig(**one_iteration), h0=h0, compile=False)
+    torch.testing.assert_close(general, expected, rtol=0, atol=1e-14)
+    assert (expected - cell_loop(cell, x, h0)).abs().max() > 0.1  # one iteration is not yet the solution
+    for backend in ("newton", "fused"):
+        h = newton_apply(cell, x, NewtonConfig(scan_backend=backend, **one_iteration), h0=h0, compile=True)
+        torch.testing.assert_close(h, expected, rtol=0, atol=1e-14, msg=lambda m: f"{backend}: {m}")
+
+
+KINKS = torch.tensor([0.0, -0.5, 0.4, 3.0, 6.0], dtype=torch.float64)  # of the activations, per channel
+
+
+class ActivationCell(DiagonalCell):
+    """A recurrence through the activations, with z on their kinks at KINKS (leaky_relu, elu, relu6
+    and heaviside at 0, hardtanh at -0.5 and 0.4, softplus's threshold at 0.4, hardsigmoid at 3,
+    relu6 at 6), silu, and isinf, isnan and isfinite as masks of where, of values used only there
+    that are infinite or NaN (1 / z at 0, log z), whose derivatives are then not taken."""
+
+    def __init__(self, hidden_size):
+        super().__init__(hidden_size, hidden_size)
+        self.at_zero = nn.Parameter(torch.rand(hidden_size))  # heaviside's value at 0
+
+    def heaviside(self, z):
+        return torch.heaviside(z, self.at_zero)
+
+    def step(self, h, x):
+        z = h + x
+        kinked = F.leaky_relu(z, 0.2) + F.hardtanh(z, -0.5, 0.4) + F.relu6(z) + F.elu(z, 1.3) + \
+            F.softplus(z, beta=2.5, threshold=1.0) + F.hardsigmoid(z) + F.silu(z) + self.heaviside(z)
+        masks = torch.where(torch.isinf(1.0 / z), 0.3, 0.1 * h) + \
+            torch.where(torch.isnan(torch.log(z)), -0.2 * h, 0.0) + torch.where(torch.isfinite(torch.log(z)), 0.1, -0.1)
+        return 0.5 * torch.tanh(self.decay * h + self.input_map(x)) + 0.05 * (kinked + masks)
+
+
+class ActivationReference(ActivationCell):
+    """ActivationCell with heaviside, which torch does not differentiate, as a where: the compiled
+    path's derivative of it (0 in z, the selection's in its value at 0)."""
+
+    def heaviside(self, z):
+        return torch.where(z == 0, self.at_zero, (z > 0).to(z.dtype))
+
+
+def activation_case(B=2, T=12):
+    cell = ActivationCell(5).double()
+    reference = ActivationReference(5).double()
+    reference.load_state_dict(cell.state_dict())
+    x, h0 = on_the_points(torch.rand(B, T, 5, dtype=torch.float64) - 0.5, KINKS)
+    return cell, reference, x, h0
+
+
+def test_activations_at_their_kinks_have_torchs_derivatives():
+    cell, reference, x, h0 = activation_case()
+    z = torch.cat([h0.unsqueeze(1), cell_loop(cell, x, h0)[:, :-1]], 1).detach() + x.detach()
+    assert bool((z < -0.5).any() and ((z > 0.4) & (z < 3)).any())  # off the kinks, every branch
+    kinks_equal_the_general_path_and_the_loop(cell, reference, x, h0)
+
+
+def test_activations_gradcheck_of_x_h0_and_the_parameters():
+    cell, _, x, h0 = activation_case(B=1, T=5)
+    with torch.no_grad():  # off the kinks, which gradcheck's differences would cross
+        x[:, 0] += 0.01
+    params = [p.detach().clone().requires_grad_() for p in cell.parameters()]
+    solve = lambda x, h0, *params: solve_with(cell, params, x, h0)
+    assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)
+
+
+class ExtremesCell(nn.Module):
+    """A dense recurrence through max and min of a dimension (their values, with and without
+    keepdim), amax and amin, of the state and of z = h_prev + x."""
+    jac_structure = "dense"
+
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.input_map = nn.Linear(hidden_size, hidden_size)
+        self.decay = nn.Parameter(torch.rand(hidden_size) - 0.5)
+
+    def step(self, h, x):
+        z = h + x
+        pairs = z.unsqueeze(-1).expand(*z.shape, 2)  # [..., H, 2]: each element twice, a tie
+        extremes = torch.max(z, dim=-1, keepdim=True).values - 0.5 * torch.min(z, -1)[0].unsqueeze(-1) + \
+            0.3 * h.amax(-1, keepdim=True) + 0.2 * z.amin(dim=-1, keepdim=True) + 0.4 * pairs.amax(-1) - \
+            0.3 * torch.max(pairs, -1).values
+        return torch.tanh(self.decay * h + self.input_map(x) + 0.3 * extremes)
+
+
+def test_extremes_with_ties_have_torchs_derivatives():
+    cell = ExtremesCell(5).double()
+    tied = torch.tensor([0.3, -0.2, 0.3, -0.2, 0.1], dtype=torch.float64)  # two maxima, two minima
+    x, h0 = on_the_points(torch.rand(2, 12, 5, dtype=torch.float64) - 0.5, tied)
+    kinks_equal_the_general_path_and_the_loop(cell, cell, x, h0)
+
+
+def test_extremes_gradcheck_of_x_h0_and_the_parameters():
+    cell = ExtremesCell(5).double()
+    x = (torch.rand(1, 5, 5, dtype=torch.float64) - 0.5).requires_grad_()
+    h0 = torch.randn(1, 5, dtype=torch.float64, requires_grad=True)
     params = [p.detach().clone().requires_grad_() for p in cell.parameters()]
     solve = lambda x, h0, *params: solve_with(cell, params, x, h0)
     assert torch.autograd.gradcheck(solve, (x, h0, *params), fast_mode=True)

@@ -4,7 +4,6 @@ written here and gradcheck; torch.compile; opcheck; the fallbacks; the on-disk c
 Three extensions are compiled per test session (the Van der Pol module with dopri5 and with tsit5,
 and the closure MLP with rk4), in the session's cache directory (conftest.py)."""
 
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -224,13 +223,93 @@ def test_selections_gradcheck_of_y0_and_the_closed_over_bounds():
     assert torch.autograd.gradcheck(lambda y0, *bounds: switching_solve(rhs, y0, True), (y0, *tensors))
 
 
+def kinked_closure(heaviside):
+    """A right-hand side through the activations (leaky_relu, hardtanh, relu6, elu, softplus with
+    beta and threshold, hardsigmoid, silu, heaviside), isinf, isnan and isfinite as masks of where,
+    of values used only there that are infinite or NaN (1 / y at 0, log y), whose derivatives are
+    then not taken, and max and min of the last dimension (their values, with and without keepdim)
+    and amax and amin, of y and of a tensor of ties. It closes over `heaviside` and its value at 0."""
+    at_zero = torch.tensor([0.3, 0.7, 0.2, 0.9, 0.5], dtype=DOUBLE, requires_grad=True)
+
+    def rhs(t, y):
+        kinked = F.leaky_relu(y, 0.2) + F.hardtanh(y, -0.5, 0.4) + F.relu6(y) + F.elu(y, 1.3) + \
+            F.softplus(y, beta=2.5, threshold=1.0) + F.hardsigmoid(y) + F.silu(y) + heaviside(y, at_zero)
+        masks = torch.where(torch.isinf(1.0 / y), 0.3, 0.1 * y) + \
+            torch.where(torch.isnan(torch.log(y)), -0.2 * y, 0.0) + torch.where(torch.isfinite(torch.log(y)), 0.1, -0.1)
+        pairs = y.unsqueeze(-1).expand(*y.shape, 2)  # each element twice: ties
+        extremes = torch.max(y, -1, keepdim=True).values - 0.5 * torch.min(y, -1)[0].unsqueeze(-1) + \
+            0.3 * y.amax(-1, keepdim=True) + 0.2 * y.amin(dim=-1, keepdim=True) + 0.4 * pairs.amax(-1) - \
+            0.3 * torch.max(pairs, -1).values
+        return -0.5 * y + 0.1 * (kinked + masks + extremes) + 0.1 * torch.cos(t)
+    return rhs, at_zero
+
+
+def differentiable_heaviside(z, values):
+    """heaviside, which torch does not differentiate, as a where: the compiled path's derivative
+    of it (0 in z, the selection's in values)."""
+    return torch.where(z == 0, values, (z > 0).to(z.dtype))
+
+
+def test_activations_masks_and_extremes_at_kinks_and_ties_have_torchs_derivatives():
+    rhs, at_zero = kinked_closure(torch.heaviside)
+    reference, reference_at_zero = kinked_closure(differentiable_heaviside)
+    with torch.no_grad():
+        reference_at_zero.copy_(at_zero)
+    # The first stage evaluates the kinks (0, -0.5 and 0.4, 3, 6, softplus's threshold 0.4) and
+    # ties of two maxima and two minima.
+    y0 = torch.tensor([[0.0, -0.5, 0.4, 3.0, 6.0], [0.3, -0.2, 0.3, -0.2, 0.1], [-1.5, 0.8, -4.0, 2.0, 0.2]],
+                      dtype=DOUBLE, requires_grad=True)
+    compiled = switching_solve(rhs, y0, True)
+    general = switching_solve(reference, y0, False)
+    expected = rk4_loop(reference, y0, SWITCHING_TIMES, 5)  # the same steps, in PyTorch
+    torch.testing.assert_close(compiled, general, rtol=0, atol=1e-13)
+    torch.testing.assert_close(compiled, expected, rtol=0, atol=1e-13)
+    torch.testing.assert_close(compiled, switching_solve(rhs, y0.detach(), False), rtol=0, atol=1e-13)
+    weight = torch.randn_like(compiled)
+    for a, b, c in zip(torch.autograd.grad((compiled * weight).sum(), (y0, at_zero)),
+                       torch.autograd.grad((general * weight).sum(), (y0, reference_at_zero)),
+                       torch.autograd.grad((expected * weight).sum(), (y0, reference_at_zero))):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+        torch.testing.assert_close(a, c, rtol=1e-11, atol=1e-12)
+
+
+def test_activations_masks_and_extremes_gradcheck_of_y0_and_heavisides_value():
+    rhs, at_zero = kinked_closure(torch.heaviside)
+    y0 = torch.tensor([[0.7, -1.3, 0.25, 2.5, 5.5], [-0.35, 0.15, 1.1, -3.5, 0.6]], dtype=DOUBLE, requires_grad=True)
+    # gradcheck perturbs the closed-over tensor itself, which the solve reads at each call
+    assert torch.autograd.gradcheck(lambda y0, at_zero: switching_solve(rhs, y0, True), (y0, at_zero))
+
+
+def test_max_and_min_of_one_trajectorys_state_share_torchs_derivative_among_ties():
+    """torch.max and torch.min of everything (of y [n], one trajectory) and amax of every
+    dimension: the derivative shared among the tied extremes of y0, at the first stage."""
+    def rhs(t, y):
+        return -0.5 * y + 0.2 * torch.max(y) - 0.1 * torch.min(y) + 0.05 * torch.amax(y) + 0.1 * y.square()
+
+    y0 = torch.tensor([0.4, -0.3, 0.4, -0.3, 0.1], dtype=DOUBLE, requires_grad=True)  # two maxima, two minima
+    compiled = switching_solve(rhs, y0, True)
+    general = switching_solve(rhs, y0, False)
+    expected = rk4_loop(rhs, y0, SWITCHING_TIMES, 5)
+    torch.testing.assert_close(compiled, general, rtol=0, atol=1e-13)
+    torch.testing.assert_close(compiled, expected, rtol=0, atol=1e-13)
+    weight = torch.randn_like(compiled)
+    for a, b in zip(torch.autograd.grad((compiled * weight).sum(), y0),
+                    torch.autograd.grad((expected * weight).sum(), y0)):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+
+
 @pytest.mark.parametrize("rhs,named", [
-    (lambda t, y: torch.where(torch.isnan(y), 0.0, -y), r"the operation aten\.isnan"),
+    (lambda t, y: -y * torch.max(y, -1, keepdim=True).indices,
+     r"the indices of the operation aten\.max\.dim \(torch\.max or torch\.min of a dimension: their values are "
+     r"supported, their indices are not\)"),
+    (lambda t, y: -y * torch.max(y),
+     r"the operation aten\.max\.default over dimensions \[0, 1\] of a value of shape \[3, 2\] \(reductions over the "
+     r"last dimensions of one trajectory's value only\)"),
     (lambda t, y: -y.float().double(), r"the operation aten\._to_copy\.default, a conversion to dtype torch\.float32"),
     (lambda t, y: y * (0.5 * torch.where(y > 0, 0.3, -0.1)),  # two numbers: a where of the default dtype
      r"the operation aten\.mul\.Tensor computed in dtype torch\.float32 in a function of a state of dtype "
      r"torch\.float64"),
-], ids=["isnan", "to-float32", "float32-arithmetic"])
+], ids=["max-indices", "max-of-everything", "to-float32", "float32-arithmetic"])
 def test_an_unsupported_selection_or_conversion_is_named(rhs, named):
     y0 = torch.tensor([[1.0, -2.0], [0.5, 0.25]], dtype=DOUBLE)
     t = torch.tensor([0.0, 0.5], dtype=DOUBLE)

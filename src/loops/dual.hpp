@@ -83,7 +83,10 @@ struct Dual {
     const T th = Kokkos::tanh(x.value);
     return x.chain(th, T(1) - th * th);
   }
-  KOKKOS_INLINE_FUNCTION friend Dual abs(const Dual& x) { return x.chain(Kokkos::abs(x.value), x.value < 0 ? T(-1) : T(1)); }
+  // torch's derivative of |x|, sign(x): 0 at x = 0 (and for a NaN), as the generated vjp() has it.
+  KOKKOS_INLINE_FUNCTION friend Dual abs(const Dual& x) {
+    return x.chain(Kokkos::abs(x.value), x.value > 0 ? T(1) : x.value < 0 ? T(-1) : T(0));
+  }
   KOKKOS_INLINE_FUNCTION friend Dual pow(const Dual& x, T p) {
     return x.chain(Kokkos::pow(x.value, p), p * Kokkos::pow(x.value, p - T(1)));
   }

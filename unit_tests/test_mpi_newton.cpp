@@ -117,7 +117,9 @@ void check_forward(Cut cut, const NewtonConfig& config, bool with_h0, const std:
     h = time_slice(full, problem.slice.first, problem.slice.steps, h);
   }
   if (with_h0) {
-    paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, config, problem.h0);
+    // Only rank 0 reads h0: the others pass an empty View.
+    const View2 h0 = place.rank == 0 ? problem.h0 : View2();
+    paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, config, h0);
     paraseq::newton_solve(Space{}, problem.cell, problem.u_full, full, newton_mode(config), problem.h0);
   } else {
     paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, config);
@@ -239,9 +241,10 @@ void check_backward(Cut cut) {
 
   View3 du("du", batch, problem.slice.steps, problem.inputs), du_full("du_full", batch, problem.slice.total, problem.inputs);
   View1 dparams("dparams", problem.cell.param_count()), dparams_full("dparams_full", problem.cell.param_count());
-  View2 dh0("dh0", batch, problem.n), dh0_full("dh0_full", batch, problem.n);
-  paraseq::mpi::newton_backward(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, problem.g, du, dparams, problem.h0,
-                                dh0, config);
+  // Only rank 0 reads h0 and writes dh0: the others pass empty Views.
+  View2 dh0 = place.rank == 0 ? View2("dh0", batch, problem.n) : View2(), dh0_full("dh0_full", batch, problem.n);
+  paraseq::mpi::newton_backward(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, problem.g, du, dparams,
+                                place.rank == 0 ? problem.h0 : View2(), dh0, config);
   paraseq::newton_backward(Space{}, problem.cell, problem.u_full, full, problem.g_full, du_full, dparams_full, problem.h0,
                            dh0_full, newton_mode(config));
   const std::string what = where(cell_name<Cell>(), cut, "backward");
@@ -261,6 +264,39 @@ TEST(MpiNewton, GradientsMatchOneProcess) {
     check_backward<GRU>(cut);
     check_backward<LSTM>(cut);
   }
+}
+
+// float Views: the solve and the gradients in float, against one process in float.
+TEST(MpiNewton, FloatMatchesOneProcess) {
+  using FloatGRU = paraseq::ParaGRU<float, memory>;
+  using F2 = paraseq::test::View2<float, Space>;
+  using F3 = paraseq::test::View3<float, Space>;
+  using F1 = paraseq::test::View1<float, Space>;
+  const Place place = world();
+  const Slice slice = slice_of(Cut::empty_between, place);
+  constexpr int hidden = 4;
+  F2 a("a", 3, hidden), h0("h0", batch, hidden);
+  fill_uniform(a, -1.5, 1.5, 3);
+  fill_uniform(h0, -0.8, 0.8, 4);
+  const FloatGRU cell{a};
+  F3 u_full("u", batch, slice.total, 3 * hidden), g_full("g", batch, slice.total, hidden);
+  fill_uniform(u_full, -1.5, 1.5, 5);
+  fill_uniform(g_full, -1.0, 1.0, 6);
+  const F3 u = time_slice(u_full, slice.first, slice.steps, F3("u", batch, slice.steps, 3 * hidden));
+  const F3 g = time_slice(g_full, slice.first, slice.steps, F3("g", batch, slice.steps, hidden));
+  F3 h("h", batch, slice.steps, hidden), full("full", batch, slice.total, hidden);
+  const NewtonConfig config = iterations(6);
+  paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, cell, u, h, config, h0);
+  paraseq::newton_solve(Space{}, cell, u_full, full, newton_mode(config), h0);
+  EXPECT_LE(max_relative_error(h, host_time_slice(as_double3(full), slice)), 1e-5) << "forward, rank " << place.rank;
+
+  F3 du("du", batch, slice.steps, 3 * hidden), du_full("du_full", batch, slice.total, 3 * hidden);
+  F1 dparams("dparams", cell.param_count()), dparams_full("dparams_full", cell.param_count());
+  paraseq::mpi::newton_backward(Space{}, MPI_COMM_WORLD, cell, u, h, g, du, dparams, h0);
+  paraseq::newton_backward(Space{}, cell, u_full, full, g_full, du_full, dparams_full, h0, paraseq::NoGradient{},
+                           newton_mode(config));
+  EXPECT_LE(max_relative_error(du, host_time_slice(as_double3(du_full), slice)), 1e-5) << "du, rank " << place.rank;
+  EXPECT_LE(max_relative_error(dparams, paraseq::test::to_host(dparams_full)), 1e-5) << "dparams, rank " << place.rank;
 }
 
 TEST(MpiNewton, BitwiseRepeatable) {
@@ -384,16 +420,22 @@ TEST(MpiNewtonErrors, OneRanksBadShapeReachesEveryRank) {
   expect_ranks_in_step();
 }
 
-TEST(MpiNewtonErrors, ModesOtherThanNewtonAreRefused) {
+// Settings every rank refuses alike: a mode other than newton, the one-process checks.
+TEST(MpiNewtonErrors, BadConfigIsRefusedOnEveryRank) {
   const Place place = world();
   Problem<GRU> problem(Cut::uneven, place, 5);
   auto h = problem.states();
   NewtonConfig config;
   config.mode = NewtonMode::fused;
-  const std::string message = invalid_argument_of(
+  std::string message = invalid_argument_of(
       [&] { paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, config, problem.h0); });
   EXPECT_THAT(message, HasSubstr("paraseq::mpi::newton_solve: argument 'config.mode' has the value NewtonMode::fused, "
                                  "expected NewtonMode::automatic or NewtonMode::newton"));
+  config = NewtonConfig{};
+  config.omega = 2;
+  message = invalid_argument_of(
+      [&] { paraseq::mpi::newton_solve(Space{}, MPI_COMM_WORLD, problem.cell, problem.u, h, config, problem.h0); });
+  EXPECT_THAT(message, HasSubstr("paraseq::mpi::newton_solve: argument 'config.omega' has value 2"));
   expect_ranks_in_step();
 }
 

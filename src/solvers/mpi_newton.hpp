@@ -36,7 +36,7 @@
 // add them in rank order: every rank gets the whole dL/dtheta, bitwise the same on every rank.
 // dL/dh0 = A_0^T mu_0 at the global start arrives on rank 0 (also when its slice is empty).
 //
-// Errors: the ranks exchange their arguments first (one MPI_Allgather of 24 long longs per rank), so
+// Errors: the ranks exchange their arguments first (one MPI_Allgather of 23 long longs per rank), so
 // that every rank throws alike and none is left waiting in a collective: a rank whose own arguments
 // are refused throws its own std::invalid_argument and the others one that names it; ranks that
 // disagree on the function, the cell's structure and sizes, the value type, B, whether h0 / dh0 /
@@ -238,7 +238,7 @@ void check_local_newton(const char* fn, const Place& place, const Cell& cell, co
                         const NewtonConfig& config) {
   if (place.rank == 0) paraseq::detail::check_newton_views<ExecSpace>(fn, cell, u, h, h0);
   else paraseq::detail::check_newton_views<ExecSpace>(fn, cell, u, h, ZeroInitialState{});
-  paraseq::detail::check_newton_config(config);
+  paraseq::detail::check_newton_config(config, fn);
   if (config.mode != NewtonMode::automatic && config.mode != NewtonMode::newton)
     throw_invalid(fn, "config.mode", "the value " + as_mode(int(config.mode)),
                   "NewtonMode::automatic or NewtonMode::newton (over ranks, every iteration is one distributed scan)");
@@ -498,12 +498,9 @@ void backward_over_ranks(const ExecSpace& space, MPI_Comm comm, const Place& pla
   const auto adjoint_entering =
       scan_agreed<Direction::reverse, structure>(space, comm, place, A, g, mu, ZeroInitialState{}, config.scan);
 
-  // The slice's parameter sums, as newton_backward's newton mode forms them: runs of t per batch
-  // element, enough (batch, group, run) threads to fill the space.
-  const long threads = std::max<long>(1, long(B) * groups);
-  const int runs = int(std::clamp<long>(paraseq::detail::ceil_div(space.concurrency(), threads), 1,
-                                        std::min<long>(64, std::max<long>(1, steps / 64))));
-  const int run_length = int(paraseq::detail::ceil_div(std::max<long>(1, steps), runs));
+  // The slice's parameter sums, as newton_backward's newton mode forms them.
+  const paraseq::detail::GradientRuns split = paraseq::detail::gradient_runs(space, shape);
+  const int runs = split.runs, run_length = split.run_length;
   using partial_view = Kokkos::View<T**, Kokkos::LayoutRight, memory_space>;
   const partial_view partial(Kokkos::view_alloc(space, "paraseq::mpi::newton_param_partials"), std::size_t(B) * runs, P);
   Kokkos::parallel_for(

@@ -26,6 +26,8 @@
 // of B x (map size + N) values per rank (map size N diagonal, N K block, N^2 dense), in the Views'
 // value type. The data travels through host buffers (Kokkos::create_mirror_view_and_copy): GPU-aware
 // MPI is not used. The functions return when the result is written (they fence `space`).
+// paraseq/solvers/mpi_newton.hpp agrees once per solve and runs detail::scan_agreed, the scan
+// without the agreement, once per Newton iteration.
 //
 // Errors: the ranks exchange their arguments before anything else, so that every rank raises alike
 // and none is left waiting in a collective. A rank whose own arguments are refused (a shape) throws

@@ -2,7 +2,8 @@
 // independent, so each rank integrates its own share with paraseq::ode::solve and nothing travels
 // between ranks until the end, when MPI_Reduce gathers the largest error against the closed form
 // and the number of trajectories integrated. (A recurrence whose time axis is split across ranks,
-// where each slice needs the state entering it, is paraseq::mpi::linear_scan: docs/distributed.md.)
+// where each slice needs the state entering it, is paraseq::mpi::linear_scan or, nonlinear,
+// paraseq::mpi::newton_solve: docs/distributed.md, examples/mpi_newton_gru.cpp.)
 // Run it with e.g. `mpirun -np 2 ./paraseq_mpi_ode_ensemble`; CI runs it on 2 ranks.
 
 #include <paraseq/paraseq.hpp>

@@ -12,8 +12,10 @@
 #include <paraseq/loops/fields.hpp>
 #include <paraseq/loops/integrate.hpp>
 
-// paraseq::mpi, the scans over MPI ranks, when paraseq was built with MPI (PARASEQ_ENABLE_MPI).
+// paraseq::mpi, the scans and the Newton solver over MPI ranks, when paraseq was built with MPI
+// (PARASEQ_ENABLE_MPI).
 #include <paraseq/config.hpp>
 #if PARASEQ_HAVE_MPI
 #include <paraseq/core/mpi_scan.hpp>
+#include <paraseq/solvers/mpi_newton.hpp>
 #endif

@@ -21,7 +21,7 @@ OUTPUT = REPO / "docs" / "api.md"
 HEADERS = [
     "core/linear_scan.hpp", "core/mpi_scan.hpp", "core/structure.hpp", "core/views.hpp", "core/ordered_scan.hpp",
     "solvers/newton_config.hpp", "solvers/cell.hpp", "solvers/cells.hpp", "solvers/newton.hpp", "solvers/cell_step.hpp",
-    "solvers/newton_backward.hpp", "solvers/input_projection.hpp",
+    "solvers/newton_backward.hpp", "solvers/mpi_newton.hpp", "solvers/input_projection.hpp",
     "loops/options.hpp", "loops/field.hpp", "loops/fields.hpp", "loops/tableaus.hpp", "loops/integrate.hpp",
 ]
 SECTION = re.compile(r"^(Parameters|Returns|Raises|Attributes|Notes)\n-+$", re.M)
@@ -136,8 +136,8 @@ def declaration_text(statement):
 def cpp_entries():
     out = ["## C++ (`#include <paraseq/paraseq.hpp>`)", "",
            "Every declaration of the public headers at namespace scope (`paraseq`, `paraseq::mpi`, `paraseq::ode`), "
-           "with the comment above it; the headers say more (`paraseq/core/mpi_scan.hpp` is included when paraseq "
-           "was built with MPI, `PARASEQ_HAVE_MPI`). Every function checks its arguments and throws "
+           "with the comment above it; the headers say more (`paraseq/core/mpi_scan.hpp` and "
+           "`paraseq/solvers/mpi_newton.hpp` are included when paraseq was built with MPI, `PARASEQ_HAVE_MPI`). Every function checks its arguments and throws "
            "`std::invalid_argument` naming the argument, what was given and what was expected.", ""]
     for header in HEADERS:
         entries = [(c, s) for c, s in header_entries(REPO / "src" / header) if s]

@@ -26,6 +26,8 @@
 // of B x (map size + N) values per rank (map size N diagonal, N K block, N^2 dense), in the Views'
 // value type. The data travels through host buffers (Kokkos::create_mirror_view_and_copy): GPU-aware
 // MPI is not used. The functions return when the result is written (they fence `space`).
+// paraseq/solvers/mpi_newton.hpp agrees once per solve and runs detail::scan_agreed, the scan
+// without the agreement, once per Newton iteration.
 //
 // Errors: the ranks exchange their arguments before anything else, so that every rank raises alike
 // and none is left waiting in a collective. A rank whose own arguments are refused (a shape) throws
@@ -83,15 +85,16 @@ inline std::string function_name(int direction) {
 }
 
 // "v0 on rank 0, v1 on rank 1, ..." for one column of the gathered rows.
-template <class Describe>
-std::string per_rank(const std::vector<AgreementRow>& rows, int column, Describe describe) {
+template <class Row, class Describe>
+std::string per_rank(const std::vector<Row>& rows, int column, Describe describe) {
   std::string text;
   for (std::size_t rank = 0; rank < rows.size(); ++rank)
     text += (rank ? ", " : "") + describe(rows[rank][column]) + " on rank " + std::to_string(rank);
   return text;
 }
 
-inline std::string ranks_where(const std::vector<AgreementRow>& rows, int column, int value) {
+template <class Row>
+std::string ranks_where(const std::vector<Row>& rows, int column, typename Row::value_type value) {
   std::string text;
   for (std::size_t rank = 0; rank < rows.size(); ++rank)
     if (rows[rank][column] == value) text += (text.empty() ? "" : ", ") + std::to_string(rank);
@@ -127,18 +130,37 @@ inline Place place_in(const std::string& fn, MPI_Comm comm) {
   return place;
 }
 
-// All_gathers every rank's row and throws on every rank alike: this rank's own error, or the ranks
-// whose arguments were refused, or the first column on which the ranks differ.
-inline void agree(const std::string& fn, const char* b_name, MPI_Comm comm, const Place& place, const AgreementRow& local,
-                  const std::exception_ptr& local_error) {
-  std::vector<AgreementRow> rows(place.size);
-  check_mpi(fn, MPI_Allgather(local.data(), Column::count, MPI_INT, rows.data(), Column::count, MPI_INT, comm),
+template <class W>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<W, int>) return MPI_INT;
+  else if constexpr (std::is_same_v<W, long long>) return MPI_LONG_LONG;
+  else return std::is_same_v<W, double> ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+// All_gathers every rank's row (an std::array whose column 0 says whether the rank's own arguments
+// were refused) and throws on every rank alike when one was: this rank's own error, or one that
+// names the ranks whose arguments were refused.
+template <class Row>
+std::vector<Row> gather_rows(const std::string& fn, MPI_Comm comm, const Place& place, const Row& local,
+                             const std::exception_ptr& local_error) {
+  using value = typename Row::value_type;
+  std::vector<Row> rows(place.size);
+  check_mpi(fn, MPI_Allgather(local.data(), int(local.size()), mpi_type<value>(), rows.data(), int(local.size()),
+                              mpi_type<value>(), comm),
             "MPI_Allgather");
   if (local_error) std::rethrow_exception(local_error);
-  const std::string refused_ranks = ranks_where(rows, Column::refused, 1);
+  const std::string refused_ranks = ranks_where(rows, 0, value(1));
   if (!refused_ranks.empty())
     throw std::invalid_argument(fn + ": the arguments of rank(s) " + refused_ranks + " of 'comm' were refused there (their " +
                                 "error names the argument); nothing was computed");
+  return rows;
+}
+
+// Throws on every rank alike: this rank's own error, or the ranks whose arguments were refused, or
+// the first column on which the ranks differ.
+inline void agree(const std::string& fn, const char* b_name, MPI_Comm comm, const Place& place, const AgreementRow& local,
+                  const std::exception_ptr& local_error) {
+  const std::vector<AgreementRow> rows = gather_rows(fn, comm, place, local, local_error);
   const auto differs = [&](int column) {
     for (const AgreementRow& row : rows)
       if (row[column] != rows[0][column]) return true;
@@ -272,48 +294,37 @@ void apply_map(const MapLayout& layout, const W* map, bool transpose, const W* x
     }
 }
 
-template <class W>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<W, double> ? MPI_DOUBLE : MPI_FLOAT;
-}
-
-// The scan over the ranks. For the reverse scan, b is g and h is lambda.
-template <Direction Dir, class Structure, class ExecSpace, class AView, class BView, class HView, class H0View>
-void scan_over_ranks(const ExecSpace& space, MPI_Comm comm, const AView& A, const BView& b, const HView& h,
-                     const H0View& h0, const ScanConfig& config) {
-  constexpr bool reverse = Dir == Direction::reverse;
-  const std::string fn = function_name(int(Dir));
-  const char* b_name = reverse ? "g" : "b";
-  const char* h_name = reverse ? "lambda" : "h";
-  paraseq::detail::check_scan_views<Structure, ExecSpace, AView, BView, HView>();
-  using T = typename BView::non_const_value_type;
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "paraseq::mpi: A and b must hold float or double");
-  using W = T; // the maps are composed in the Views' type
-  using memory_space = typename ExecSpace::memory_space;
-  const Place place = place_in(fn, comm);
-
-  const int B = int(b.extent(0)), steps = int(b.extent(1)), n = int(b.extent(2));
-  std::exception_ptr local_error;
-  try {
-    paraseq::detail::check_scan_extents<Structure>(fn.c_str(), A, b, b_name, h, h_name);
-    if constexpr (Kokkos::is_view_v<H0View>)
-      if (place.rank == 0) paraseq::detail::require_extents(fn, "h0", h0, {B, n}, "[B, N] on rank 0");
-  } catch (const std::invalid_argument&) {
-    local_error = std::current_exception();
-  }
-  const AgreementRow local{local_error ? 1 : 0, int(Dir), B, n, Structure::fixed_group_size, Structure::max_group_size,
-                           std::is_same_v<T, double> ? 1 : 0, Kokkos::is_view_v<H0View> ? 1 : 0};
-  agree(fn, b_name, comm, place, local, local_error);
-
-  const MapLayout layout = map_layout<Structure>(n);
-  const long long count = (long long)B * layout.row;
+// The values each rank sends in the exchange of a scan's maps, B x (map size + N); refused (alike on
+// every rank that agrees on B, N and the structure) when one MPI count cannot hold them.
+template <class Structure>
+int exchange_count(const std::string& fn, const char* b_name, int batch, int n) {
+  const long long count = (long long)batch * map_layout<Structure>(n).row;
   if (count > INT_MAX)
     throw_invalid(fn, b_name, "B x (map size + N) = " + std::to_string(count) + " values to exchange per rank",
                   "at most " + std::to_string(INT_MAX) + " (one MPI count): split the batch into several calls");
+  return int(count);
+}
+
+// The scan over the ranks once they agree on its arguments (B, N, the structure, the value type, the
+// direction and whether h0 is given). For the reverse scan, b is g and h is lambda. Returns the state
+// entering this rank's slice from the ranks before it (after it, reverse; zero on the rank that
+// starts the recurrence).
+template <Direction Dir, class Structure, class ExecSpace, class AView, class BView, class HView, class H0View>
+auto scan_agreed(const ExecSpace& space, MPI_Comm comm, const Place& place, const AView& A, const BView& b,
+                 const HView& h, const H0View& h0, const ScanConfig& config) {
+  constexpr bool reverse = Dir == Direction::reverse;
+  const std::string fn = function_name(int(Dir));
+  using T = typename BView::non_const_value_type;
+  using W = T; // the maps are composed in the Views' type
+  using memory_space = typename ExecSpace::memory_space;
+  const int B = int(b.extent(0)), steps = int(b.extent(1)), n = int(b.extent(2));
+  const MapLayout layout = map_layout<Structure>(n);
+  const int count = exchange_count<Structure>(fn, reverse ? "g" : "b", B, n);
 
   const int source = reverse ? place.size - 1 : 0; // the rank whose slice starts the recurrence
   const int last = place.size - 1 - source;         // the last to receive: its own map is never used
   const bool starts = place.rank == source, ends = place.rank == last;
+  Kokkos::View<T**, Kokkos::LayoutRight, memory_space> entering("paraseq::mpi::entering", B, n);
   Kokkos::View<W**, Kokkos::LayoutRight, memory_space> maps("paraseq::mpi::slice_maps", B, layout.row);
   if (starts || !ends) {
     if (reverse) paraseq::linear_scan_reverse(space, Structure{}, A, b, h, config);
@@ -330,14 +341,13 @@ void scan_over_ranks(const ExecSpace& space, MPI_Comm comm, const AView& A, cons
   space.fence();
   const auto sent = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, maps);
   std::vector<W> gathered(std::size_t(count) * place.size);
-  check_mpi(fn, MPI_Allgather(sent.data(), int(count), mpi_type<W>(), gathered.data(), int(count), mpi_type<W>(), comm),
+  check_mpi(fn, MPI_Allgather(sent.data(), count, mpi_type<W>(), gathered.data(), count, mpi_type<W>(), comm),
             "MPI_Allgather");
-  if (starts) return;
+  if (starts) return entering;
 
   // The state entering this slice: the source's c, then every rank between in the order the state
   // travels (entering = M entering + c; M^T for the reverse scan).
   const auto row_of = [&](int rank, int batch) { return gathered.data() + (std::size_t(rank) * B + batch) * layout.row; };
-  Kokkos::View<T**, Kokkos::LayoutRight, memory_space> entering("paraseq::mpi::entering", B, n);
   auto entering_host = Kokkos::create_mirror_view(entering);
   std::vector<W> state(n), next(n);
   const int step = reverse ? -1 : 1;
@@ -363,6 +373,35 @@ void scan_over_ranks(const ExecSpace& space, MPI_Comm comm, const AView& A, cons
     paraseq::linear_scan_reverse(space, Structure{}, A, g_entering, h, config);
   }
   space.fence();
+  return entering;
+}
+
+// The scan over the ranks: the ranks agree on its arguments, then scan_agreed.
+template <Direction Dir, class Structure, class ExecSpace, class AView, class BView, class HView, class H0View>
+void scan_over_ranks(const ExecSpace& space, MPI_Comm comm, const AView& A, const BView& b, const HView& h,
+                     const H0View& h0, const ScanConfig& config) {
+  constexpr bool reverse = Dir == Direction::reverse;
+  const std::string fn = function_name(int(Dir));
+  const char* b_name = reverse ? "g" : "b";
+  const char* h_name = reverse ? "lambda" : "h";
+  paraseq::detail::check_scan_views<Structure, ExecSpace, AView, BView, HView>();
+  using T = typename BView::non_const_value_type;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "paraseq::mpi: A and b must hold float or double");
+  const Place place = place_in(fn, comm);
+
+  const int B = int(b.extent(0)), n = int(b.extent(2));
+  std::exception_ptr local_error;
+  try {
+    paraseq::detail::check_scan_extents<Structure>(fn.c_str(), A, b, b_name, h, h_name);
+    if constexpr (Kokkos::is_view_v<H0View>)
+      if (place.rank == 0) paraseq::detail::require_extents(fn, "h0", h0, {B, n}, "[B, N] on rank 0");
+  } catch (const std::invalid_argument&) {
+    local_error = std::current_exception();
+  }
+  const AgreementRow local{local_error ? 1 : 0, int(Dir), B, n, Structure::fixed_group_size, Structure::max_group_size,
+                           std::is_same_v<T, double> ? 1 : 0, Kokkos::is_view_v<H0View> ? 1 : 0};
+  agree(fn, b_name, comm, place, local, local_error);
+  scan_agreed<Dir, Structure>(space, comm, place, A, b, h, h0, config);
 }
 
 } // namespace detail

@@ -192,9 +192,10 @@ void check_newton_views(const char* fn, const Cell& cell, const UView& u, const 
   }
 }
 
-inline void check_newton_config(const NewtonConfig& config) {
-  auto bad = [](const char* field, const std::string& given, const char* expected) {
-    throw_invalid(newton_fn, std::string("config.") + field, given, expected);
+// fn: the function an error names (paraseq::mpi::newton_solve shares the checks).
+inline void check_newton_config(const NewtonConfig& config, const char* fn = newton_fn) {
+  auto bad = [fn](const char* field, const std::string& given, const char* expected) {
+    throw_invalid(fn, std::string("config.") + field, given, expected);
   };
   if (config.max_iters < 0) bad("max_iters", "value " + std::to_string(config.max_iters), "a value >= 0");
   if (!(config.omega > 0 && config.omega <= 1)) bad("omega", "value " + std::to_string(config.omega), "0 < omega <= 1");

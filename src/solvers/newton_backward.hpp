@@ -143,6 +143,20 @@ struct LocalGradients {
   }
 };
 
+// How LocalGradients splits each batch element's steps into runs: enough (batch, group, run)
+// threads to fill the space, at most 64 runs, of at least 64 steps.
+struct GradientRuns {
+  int runs;
+  int run_length;
+};
+template <class ExecSpace>
+GradientRuns gradient_runs(const ExecSpace& space, const ScanShape& shape) {
+  const long threads = std::max<long>(1, long(shape.batch) * shape.groups), T = shape.steps;
+  const int runs =
+      int(std::clamp<long>(ceil_div(space.concurrency(), threads), 1, std::min<long>(64, std::max<long>(1, T / 64))));
+  return {runs, int(ceil_div(std::max<long>(1, T), runs))};
+}
+
 // The backward once its arguments are checked; compiled once per built-in cell, type and space for
 // the Views of views.hpp, instantiated where it is called otherwise with the kernels of Modes only.
 // A dh0 View without data is NoGradient.
@@ -187,11 +201,8 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
     ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
                                    newton_scan_config<ExecSpace>(config.scan));
 
-    // Runs of t per batch element: enough (batch, group, run) threads to fill the space.
-    const long threads = std::max<long>(1, B * shape.groups);
-    const int runs = int(std::clamp<long>(ceil_div(space.concurrency(), threads), 1,
-                                          std::min<long>(64, std::max<long>(1, T / 64))));
-    const int run_length = int(ceil_div(std::max<long>(1, T), runs));
+    const GradientRuns split = gradient_runs(space, shape);
+    const int runs = split.runs, run_length = split.run_length;
     partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
     using local_t = LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
     Kokkos::parallel_for("paraseq::newton_local_gradients",

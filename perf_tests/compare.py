@@ -4,7 +4,9 @@ the PyTorch sequential loop, an eager RK4 loop, torchdiffeq, diffrax (JAX, in a 
 unrolled RK4 loop (cold and warm), and the peer libraries pararnn-torch (its fused Newton GRU, its diagonal scan and
 newton_apply forward and backward), accelerated-scan (diagonal linear scan), flash-linear-attention (its HGRN
 kernels) and torchode, next to paraseq's operators on the same workloads and the HBM floor from a copy measured in
-the same run. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
+the same run; and (section "user") a GRU cell and an oscillator written as functions of one's own, through paraseq's
+compiled and general paths, against the built-in ParaGRU and DampedOscillator and against pararnn-torch's
+newton_apply (its autograd Jacobian) and torchdiffeq on the same functions. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
 the one checked against paraseq's; a call that takes more than a second is timed once. Writes one JSON report and
 prints a table.
 
@@ -453,6 +455,123 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
     return results
 
 
+# --- Functions and cells of your own: the compiled and the general path against the built-in equivalent and the
+# peers' own paths for a user function (pararnn's newton_apply with an autograd Jacobian, torchdiffeq).
+
+class UserGRU(torch.nn.Module):
+    """ParaGRU's equations (gru_step) written as a cell of one's own: pararnn's RNNCell protocol."""
+    jac_structure = "diag"
+
+    def __init__(self, W, bias, a):
+        super().__init__()
+        self.hidden_size = a.shape[1]
+        self.in_proj = torch.nn.Linear(W.shape[1], W.shape[0], device=W.device)
+        with torch.no_grad():
+            self.in_proj.weight.copy_(W)
+            self.in_proj.bias.copy_(bias)
+        self.a = torch.nn.Parameter(a.clone())
+
+    def step(self, h_prev, x):
+        return gru_step(self.a, h_prev, self.in_proj(x))
+
+
+def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
+    B, T, H = gru_shape
+    torch.manual_seed(2)
+    x = torch.randn(B, T, H, device=device)
+    W = torch.randn(3 * H, H, device=device) / H ** 0.5
+    bias = torch.randn(3 * H, device=device) * 0.1
+    a = torch.rand(3, H, device=device) - 0.5
+    weight = torch.randn(B, T, H, device=device)
+    shape = {"B": B, "T": T, "H": H}
+    forward, backward = {"workload": "user_gru_forward", **shape}, {"workload": "user_gru_forward_backward", **shape}
+    cell = UserGRU(W, bias, a)
+    config = paraseq.compile_safe_config(3)
+    builtin_leaves = [t.clone().requires_grad_() for t in (x, W, bias, a)]
+
+    def builtin(x, W, bias, a):
+        return torch.ops.paraseq.para_gru(torch.nn.functional.linear(x, W, bias), a, None, packed("auto"), False)[0]
+
+    with torch.no_grad():
+        reference = builtin(x, W, bias, a)
+    reference_gradients = torch.autograd.grad((builtin(*builtin_leaves) * weight).sum(), builtin_leaves)
+    x_leaf = x.clone().requires_grad_()
+    leaves = (x_leaf, cell.in_proj.weight, cell.in_proj.bias, cell.a)
+    agrees = lambda h: {"max_abs_diff_to_paraseq_builtin": max_abs_diff(h, reference)}  # noqa: E731
+
+    def gradients_agree(gradients):  # relative to each gradient's largest entry
+        return {"max_rel_grad_diff_to_paraseq_builtin": max(max_abs_diff(g, r) / float(r.abs().max())
+                                                            for g, r in zip(gradients, reference_gradients))}
+
+    def user_gradients(solve):
+        return lambda: torch.autograd.grad((solve(x_leaf) * weight).sum(), leaves)
+
+    with torch.no_grad():
+        results = [measure(time_ms, {**forward, "implementation": "paraseq ParaGRU (built-in)"},
+                           lambda: builtin(x, W, bias, a), reps)]
+    results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU (built-in)"},
+                           lambda: torch.autograd.grad((builtin(*builtin_leaves) * weight).sum(), builtin_leaves),
+                           reps))
+    for path, compiled in (("compiled", True), ("general", False)):
+        solve = lambda x, compiled=compiled: paraseq.newton_apply(cell, x, config, compile=compiled)  # noqa: E731
+        name = f"paraseq user cell, {path} path"
+        with torch.no_grad():
+            # the first call compiles the generated extension (or loads it from the cache): not timed
+            results.append(measure(time_ms, {**forward, "implementation": name}, lambda: solve(x), reps, agrees))
+        results.append(measure(time_ms, {**backward, "implementation": name}, user_gradients(solve), reps,
+                               gradients_agree))
+    name = "pararnn-torch newton_apply, user cell (autograd Jacobian)"
+    pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
+    if pararnn is not None:
+        tag = peers.tag("pararnn-torch")
+        pararnn_config = pararnn.compile_safe_config(scan_backend="auto")
+        solve = lambda x: pararnn.newton_apply(cell, x, pararnn_config)  # noqa: E731
+        with torch.no_grad():
+            results.append(measure(time_ms, {**forward, "implementation": name, **tag}, lambda: solve(x), reps,
+                                   agrees))
+        results.append(measure(time_ms, {**backward, "implementation": name, **tag}, user_gradients(solve), reps,
+                               gradients_agree))
+
+    # The compiled path traces func on one trajectory's row, so the coefficients are shared (0-d): a closure over
+    # per-trajectory tensors [N] takes the general path.
+    y0 = torch.rand(N, 2, device=device) * 2 - 1
+    k, c = torch.tensor(2.5, device=device), torch.tensor(0.3, device=device)
+    dt = 0.01
+    ends = torch.tensor([0.0, dt * steps], dtype=torch.float64)
+    field = oscillator(k, c)
+    ode = {"workload": "user_rk4_fixed", "N": N, "steps": steps}
+    ode_gradient = {"workload": "user_rk4_fixed_gradient", "N": N, "steps": steps}
+    oscillators = paraseq.fields.DampedOscillator(k, c)
+    with torch.no_grad():
+        ode_reference = paraseq.odeint(oscillators, y0, ends, method="rk4", step_size=dt)[-1]
+    to_builtin = lambda y: {"max_abs_diff_to_paraseq_builtin": max_abs_diff(y, ode_reference)}  # noqa: E731
+    y0_leaf = y0.clone().requires_grad_()
+
+    def final_state_gradient(integrate):
+        return lambda: torch.autograd.grad(integrate(y0_leaf).sum(), y0_leaf)
+
+    runs = (("paraseq DampedOscillator (built-in)",
+             lambda y: paraseq.odeint(oscillators, y, ends, method="rk4", step_size=dt)[-1]),
+            ("paraseq user function, compiled path",
+             lambda y: paraseq.odeint(field, y, ends, method="rk4", step_size=dt, compile=True)[-1]),
+            ("paraseq user function, general path",
+             lambda y: paraseq.odeint(field, y, ends, method="rk4", step_size=dt, compile=False)[-1]))
+    for name, integrate in runs:
+        with torch.no_grad():
+            results.append(measure(time_ms, {**ode, "implementation": name}, lambda: integrate(y0), reps, to_builtin))
+        results.append(measure(time_ms, {**ode_gradient, "implementation": name}, final_state_gradient(integrate),
+                               reps))
+    torchdiffeq = peers.module("torchdiffeq", "torchdiffeq", "torchdiffeq rk4, the same function", ode["workload"])
+    if torchdiffeq is not None:
+        t = ends.to(device=device, dtype=y0.dtype)
+        with torch.no_grad():
+            results.append(measure(time_ms, {**ode, "implementation": "torchdiffeq rk4, the same function",
+                                             **peers.tag("torchdiffeq")},
+                                   lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
+                                   1, to_builtin))
+    return results
+
+
 DIFFRAX = r"""
 import json, statistics, sys, time
 N, steps, reps = map(int, sys.argv[1:4])
@@ -502,7 +621,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode")
+SECTIONS = ("gru", "scan", "ode", "user")
 
 
 def shapes(text):
@@ -517,6 +636,8 @@ def main():
                         help="B x T x H shapes of the recurrence comparison, comma separated")
     parser.add_argument("--scan-shapes", default="16x4096x1024,1x65536x256,1x262144x1,1x1048576x64,4x262144x128",
                         help="B x T x N shapes of the diagonal linear scan comparison, comma separated")
+    parser.add_argument("--user-gru-shape", default="16x4096x1024",
+                        help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
     parser.add_argument("--compiled-steps", type=int, default=32,
                         help="steps of the unrolled loop given to torch.compile (its cold compile grows with them)")
     parser.add_argument("--sections", default=",".join(SECTIONS),
@@ -529,9 +650,11 @@ def main():
     device, time_ms = args.device, timer(args.device)
     if args.quick:
         gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
+        user_gru_shape = (2, 64, 16)
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
+        user_gru_shape = shapes(args.user_gru_shape)[0]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -545,6 +668,8 @@ def main():
         results += compare_scan(time_ms, device, scan_shapes, reps, peers)
     if "ode" in sections:
         results += compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers)
+    if "user" in sections:
+        results += compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)
     results += peers.missing
     for entry in results:
         if "bytes" in entry:

@@ -8,14 +8,14 @@
 # googletest/, benchmark/.
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
-# operator library alone (`ninja paraseq_torch`), then the rest. OUT receives build-cost.json
-# (perf_tests/build_cost.py over the Ninja log, with both phases' wall times), ctest.log,
-# pytest-cuda.log (python/tests/test_cuda.py on those operators), extension-compile.json
-# (perf_tests/extension_compile.py: the compiled path's nvcc compile) and bench.json from the target
-# benchmarks, compare-gru.json and compare-scan.json (perf_tests/compare.py: paraseq's operators against
-# PyTorch and the peer libraries importable here, e.g. from wheels on PYTHONPATH), in that order: what
-# needs an idle host (the build, the extension compile's timing, the benchmarks) comes before the
-# Python tests, which may run into their time limit; compare-ode.json (torch.compile's cold compiles,
+# operator library alone (`ninja paraseq_torch`), then the rest, while python/tests/test_cuda.py
+# runs on the operators just built (pytest-cuda.log; so the second phase's wall time is an upper
+# bound). OUT receives build-cost.json (perf_tests/build_cost.py over the Ninja log, with both
+# phases' wall times), ctest.log, extension-compile.json (perf_tests/extension_compile.py: the
+# compiled path's nvcc compile) and bench.json from the target benchmarks, then compare-gru.json,
+# compare-scan.json and compare-user.json (perf_tests/compare.py: paraseq's operators against PyTorch
+# and the peer libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the
+# long-sequence targets), in that order, on an idle host; compare-ode.json (torch.compile's cold compiles,
 # torchdiffeq, torchode) comes last, unless PARASEQ_COMPARE_ODE=0. BASELINE_TAR, a
 # `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
 # cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
@@ -62,8 +62,16 @@ start=$(date +%s.%N)
 # A unit that fails in either phase is reported, and the rest is still built, tested and measured.
 ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 operators=$(date +%s.%N)
+# The Python package's CUDA tests on the operators just built run beside the rest of the build (so
+# its wall time is an upper bound), in 4 processes (pytest-xdist): the compiled-path tests each compile
+# an extension with nvcc, which a lock shares between processes.
+PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
+  timeout 420 python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 &
+pytest_pid=$!
 ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
+wait "$pytest_pid" || true
+tail -n 3 "$out/pytest-cuda.log"
 python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   --out "$out/build-cost.json" | tee "$out/build-cost.txt"
 python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
@@ -96,18 +104,14 @@ PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH
   >"$out/extension-compile.log" 2>&1 || true
 tail -n 3 "$out/extension-compile.log"
 bench "$build" "$out/bench.json"
-compare() { # section time_limit_seconds
+compare() { # section time_limit_seconds [compare.py arguments]
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
-    timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" \
+    timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-compare gru 300
+compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128
 compare scan 300
-# The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
-# compiled-path tests each compile an extension with nvcc, which a lock shares between processes.
-PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
-  timeout 420 python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
-tail -n 3 "$out/pytest-cuda.log"
+compare user 300
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
 if [[ -n $baseline ]]; then # its build time is not measured
   (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&

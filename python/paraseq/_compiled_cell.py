@@ -330,7 +330,18 @@ def choose(token, structure, slots, hidden, input_size, dtype, x_dtype, device_t
                        cell_name)
 
 
+_chosen = _user_function.TraceMemo()  # (arguments of _choose, trace_key) -> plan key, for eager calls
+
+
 def _choose(token, structure, slots, hidden, input_size, dtype, x_dtype, device_type, autocast, compile, cell_name):
+    # An eager call traces the step again only when something the trace depends on changed (a trace
+    # and the row check cost milliseconds, more than many solves).
+    memo = _user_function.trace_key(token)
+    if memo is not None:
+        memo = (structure, slots, hidden, input_size, dtype, x_dtype, device_type, autocast, compile, cell_name, memo)
+        chosen = _chosen.get(memo)
+        if chosen is not None:
+            return chosen
     owner, function = _user_function.split(_user_function.entry(token).callable())
     tensors = [x.detach() for x in _user_function.found_tensors(owner, function)]
     try:
@@ -340,7 +351,10 @@ def _choose(token, structure, slots, hidden, input_size, dtype, x_dtype, device_
         if autocast:
             raise Unsupported("autocast (the compiled path computes in the state's dtype; leave autocast off "
                               "around newton_apply)")
-        return _plan(token, tensors, structure, slots, hidden, input_size, dtype, x_dtype, cell_name)
+        key = _plan(token, tensors, structure, slots, hidden, input_size, dtype, x_dtype, cell_name)
+        if memo is not None:
+            _chosen.put(memo, key)
+        return key
     except Unsupported as error:
         reason = f"does not support {error}"
     except BuildUnavailable as error:

@@ -224,7 +224,18 @@ def choose(token, n, dtype, device_type, method, one_trajectory, compile) -> str
         return _choose(token, n, dtype, device_type, method, one_trajectory, compile)
 
 
+_chosen = _user_function.TraceMemo()  # (arguments of _choose, trace_key) -> namespace, for eager calls
+
+
 def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
+    # An eager call traces func again only when something the trace depends on changed (a trace costs
+    # milliseconds, more than many solves).
+    memo = _user_function.trace_key(token)
+    if memo is not None:
+        memo = (n, dtype, device_type, method, one_trajectory, compile, memo)
+        chosen = _chosen.get(memo)
+        if chosen is not None:
+            return chosen
     owner, function = _user_function.split(_user_function.entry(token).callable())
     tensors = [x.detach() for x in _user_function.found_tensors(owner, function)]
     compute_dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -233,7 +244,10 @@ def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
         if dtype != compute_dtype:
             raise _field_codegen.Unsupported(f"a state of dtype {dtype} (the compiled path computes float32 and "
                                              "float64 states)")
-        return extension(token, tensors, n, compute_dtype, method, one_trajectory).namespace
+        namespace = extension(token, tensors, n, compute_dtype, method, one_trajectory).namespace
+        if memo is not None:
+            _chosen.put(memo, namespace)
+        return namespace
     except _field_codegen.Unsupported as error:
         reason = f"does not support {error}"
     except BuildUnavailable as error:

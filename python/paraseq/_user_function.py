@@ -23,6 +23,7 @@ duration of a call: one function must not be integrated from two threads at once
 from __future__ import annotations
 
 import itertools
+import sys
 import types
 import weakref
 
@@ -170,6 +171,104 @@ def call_with(entry, t, y, tensors):
             function.__defaults__ = defaults
         if kwdefaults is not None:
             function.__kwdefaults__ = kwdefaults
+
+
+# ---- what a trace depends on -------------------------------------------------------------------------
+
+_PRIMITIVES = (int, float, complex, bool, str, bytes, type(None))
+_FINGERPRINT_DEPTH = 4  # functions a function calls through its globals and closures, followed this deep
+
+
+class _Unfingerprintable(Exception):
+    """A value whose effect on a trace cannot be told from a cheap key (a list, an arbitrary object)."""
+
+
+def _value_key(value, depth, seen):
+    if isinstance(value, _PRIMITIVES):
+        return (type(value).__name__, value)
+    if torch.is_tensor(value):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    if isinstance(value, nn.Module):
+        return _module_key(value, depth, seen)
+    if isinstance(value, types.FunctionType) and _library_function(value):
+        return ("object", id(value))
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        return _function_key(value, depth, seen)
+    if isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType)) or callable(value) and \
+            type(value).__module__.startswith("torch"):
+        return ("object", id(value))  # a Python module, a class, a builtin or one of torch's functions
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_value_key(item, depth, seen) for item in value)
+    raise _Unfingerprintable(type(value).__name__)
+
+
+def _library_function(function):
+    """True for a function of torch, numpy or the standard library: its code is fixed, so its identity keys it."""
+    top = (function.__module__ or "").partition(".")[0]
+    return top in ("torch", "numpy", "paraseq") or top in sys.stdlib_module_names
+
+
+def _module_key(module, depth, seen):
+    parts = []
+    for name, sub in module.named_modules():
+        attributes = tuple(sorted((key, _value_key(value, depth, seen)) for key, value in vars(sub).items()
+                                  if not key.startswith("_") and not isinstance(value, (nn.Module, torch.Tensor))))
+        tensors = tuple((key, None if value is None else (tuple(value.shape), value.dtype, value.device.type))
+                        for store in (sub._parameters, sub._buffers) for key, value in store.items())
+        parts.append((name, type(sub), sub.training, attributes, tensors))
+    return ("module", tuple(parts))
+
+
+def _function_key(function, depth, seen):
+    if isinstance(function, types.MethodType):
+        return ("method", _value_key(function.__self__, depth, seen), _function_key(function.__func__, depth, seen))
+    if id(function) in seen or depth <= 0:
+        if depth <= 0 and id(function) not in seen:
+            raise _Unfingerprintable("calls nested too deeply")
+        return ("function", id(function.__code__))
+    seen = seen | {id(function)}
+    cells = []
+    for cell in function.__closure__ or ():
+        try:
+            cells.append(_value_key(cell.cell_contents, depth - 1, seen))
+        except ValueError:  # a cell not filled yet
+            cells.append(None)
+    defaults = tuple(_value_key(d, depth - 1, seen) for d in function.__defaults__ or ())
+    kwdefaults = tuple(sorted((k, _value_key(d, depth - 1, seen)) for k, d in (function.__kwdefaults__ or {}).items()))
+    names = function.__code__.co_names
+    found = function.__globals__
+    global_keys = tuple((name, _value_key(found[name], depth - 1, seen)) for name in names if name in found)
+    return ("function", id(function.__code__), tuple(cells), defaults, kwdefaults, global_keys)
+
+
+def trace_key(token):
+    """A key of everything a trace of the registered callable can depend on other than its arguments (so two
+    callables with one key trace to the same graph, whatever their token): the
+    code, the Python numbers and strings it reads (closure cells, defaults, the globals its code and the
+    functions it calls name, modules' attributes and training flags) and its tensors' shapes, dtypes and
+    devices; None where it reads something whose effect cannot be keyed (a list, an arbitrary object),
+    which is then traced again at every call."""
+    func = entry(token).callable()
+    try:
+        return _value_key(func, _FINGERPRINT_DEPTH, frozenset())
+    except _Unfingerprintable:
+        return None
+
+
+class TraceMemo:
+    """Results of tracing keyed by trace_key (and the caller's arguments); at most `size` of them, the
+    oldest dropped first (closures made afresh for every call share their code, so one key)."""
+
+    def __init__(self, size=256):
+        self.size, self.results = size, {}
+
+    def get(self, key):
+        return self.results.get(key)
+
+    def put(self, key, value):
+        if len(self.results) >= self.size:
+            del self.results[next(iter(self.results))]
+        self.results[key] = value
 
 
 _entries: dict = {}  # token -> UserFunction

@@ -14,11 +14,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PEER_WORKLOADS = {
     "pararnn-torch": {"gru_forward", "gru_layer_forward", "gru_layer_forward_backward", "scan_forward",
-                      "scan_forward_backward"},
+                      "scan_forward_backward", "user_gru_forward", "user_gru_forward_backward"},
     "accelerated-scan": {"scan_forward", "scan_forward_backward"},
     "flash-linear-attention": {"scan_forward", "scan_forward_backward"},
     "torchode": {"rk4_fixed", "dopri5_adaptive"},
-    "torchdiffeq": {"rk4_fixed", "dopri5_adaptive"},
+    "torchdiffeq": {"rk4_fixed", "dopri5_adaptive", "user_rk4_fixed"},
 }
 # Triton and CUDA kernels: on the CPU they refuse, where their module imports at all (accelerated_scan.warp
 # compiles its CUDA source when imported, which needs the CUDA toolkit).
@@ -46,7 +46,9 @@ def test_compare_script_runs_every_comparison_and_agrees(tmp_path):
     for expected in ("paraseq fused", "paraseq scan", "paraseq sequential", "paraseq auto",
                      "PyTorch eager Newton K=3 (doubling scan)", "PyTorch sequential loop", "paraseq linear_scan",
                      "paraseq odeint rk4", "paraseq odeint dopri5", "PyTorch eager RK4 loop",
-                     "torch.compile unrolled RK4 loop"):
+                     "torch.compile unrolled RK4 loop", "paraseq ParaGRU (built-in)", "paraseq user cell, compiled path",
+                     "paraseq user cell, general path", "paraseq DampedOscillator (built-in)",
+                     "paraseq user function, compiled path", "paraseq user function, general path"):
         assert expected in implementations
     peer_workloads = {}
     for entry in results:

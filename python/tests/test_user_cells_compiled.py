@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import cached_use_in_a_new_process, graph_break_count
-from paraseq import CompilingWarning, NewtonConfig, NewtonDivergenceError, _compiled_cell, _extension_build, _user_cell, \
-    _user_function, compile_safe_config, newton_apply
+from paraseq import CompilingWarning, NewtonConfig, NewtonDivergenceError, _cell_codegen, _compiled_cell, _extension_build, \
+    _user_cell, _user_function, compile_safe_config, newton_apply
 from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
 
 CELLS = [DiagonalCell, TwoSlotCell, DenseGRU]
@@ -637,3 +637,19 @@ def test_bad_arguments_name_the_argument():
         newton_apply(cell, x, NewtonConfig(scan_backend="fused"), compile=False)
     with pytest.raises(ValueError, match="argument 'return_cell_state' is True for a cell of your own"):
         newton_apply(cell, x, return_cell_state=True, compile=True)
+
+
+def test_a_second_eager_call_does_not_trace_the_step_again(monkeypatch):
+    cell, x, h0 = cell_case(DiagonalCell, "cpu")
+    first = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    traces = []
+    trace = _cell_codegen.trace
+    monkeypatch.setattr(_cell_codegen, "trace", lambda *args: traces.append(args) or trace(*args))
+    second = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    assert traces == []
+    assert torch.equal(first, second)
+    with torch.no_grad():
+        cell.decay.mul_(0.5)  # parameters are inputs of the trace: the same trace, new values
+    third = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
+    assert traces == []
+    torch.testing.assert_close(third, cell_loop(cell, x, h0), rtol=0, atol=1e-12)

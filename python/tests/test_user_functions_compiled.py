@@ -4,12 +4,15 @@ written here and gradcheck; torch.compile; opcheck; the fallbacks; the on-disk c
 Three extensions are compiled per test session (the Van der Pol module with dopri5 and with tsit5,
 and the closure MLP with rk4), in the session's cache directory (conftest.py)."""
 
+import sys
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import cached_use_in_a_new_process, graph_break_count
-from paraseq import _compiled_odeint, _extension_build, _user_function, odeint
+from paraseq import _compiled_odeint, _extension_build, _field_codegen, _user_function, odeint
 from test_user_functions import DOUBLE, VanDerPol, rk4_loop
 
 TIMES = [0.0, 0.5, 1.0, 2.0]
@@ -373,3 +376,71 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(van_der_
     finally:
         monkeypatch.delenv("CXX")
         _extension_build.build_settings.cache_clear()
+
+
+def test_a_second_eager_call_does_not_trace_the_function_again(van_der_pol, monkeypatch):
+    model, y0 = van_der_pol
+    traces = []
+    trace = _field_codegen.trace
+    monkeypatch.setattr(_field_codegen, "trace", lambda *args: traces.append(args) or trace(*args))
+    t = torch.tensor(TIMES, dtype=DOUBLE)
+    first = odeint(model, y0, t, compile=True, **TOLERANCES)
+    second = odeint(model, y0, t, compile=True, **TOLERANCES)
+    assert traces == []  # the fixture's call traced it
+    assert torch.equal(first, second)
+
+
+SCALE = 2.0
+
+
+def scaled(y):
+    return SCALE * y
+
+
+class Decay(torch.nn.Module):
+    def __init__(self, rate):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, t, y):
+        return -self.rate * y
+
+
+def test_the_trace_is_memoised_until_something_it_reads_changes(monkeypatch):
+    """What a trace bakes in: a global number read by a function the right-hand side calls, a module's
+    number attribute, the shape of a closed-over tensor; a closure over a list is traced at every call."""
+    extensions = []
+
+    def extension(token, tensors, n, dtype, method, one_trajectory):
+        extensions.append(token)
+        return types.SimpleNamespace(namespace=f"paraseq_user_{len(extensions)}")
+
+    monkeypatch.setattr(_compiled_odeint, "extension", extension)
+    monkeypatch.setattr(_compiled_odeint, "_chosen", _user_function.TraceMemo())
+
+    def choose(func):
+        owner, function = _user_function.split(func)
+        return _compiled_odeint._choose(_user_function.register(owner, function), 2, DOUBLE, "cpu", "rk4", False,
+                                        True)
+
+    def through_a_global(t, y):
+        return scaled(y)
+    assert choose(through_a_global) == choose(through_a_global) == "paraseq_user_1"
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 3.0)
+    assert choose(through_a_global) == "paraseq_user_2"
+
+    decay = Decay(0.5)
+    assert choose(decay) == choose(Decay(0.5)) == "paraseq_user_3"  # another module of the same structure
+    decay.rate = 0.25
+    assert choose(decay) == "paraseq_user_4"
+
+    def closing_over(weight):
+        return lambda t, y: y @ weight.T
+    assert choose(closing_over(torch.ones(2, 2, dtype=DOUBLE))) == "paraseq_user_5"
+    assert choose(closing_over(torch.zeros(2, 2, dtype=DOUBLE))) == "paraseq_user_5"  # values are inputs
+    assert choose(closing_over(torch.ones(3, 2, dtype=DOUBLE))) == "paraseq_user_6"
+
+    rates = [0.5]
+    listed = lambda t, y: -rates[0] * y  # noqa: E731 - a list's contents are not keyed
+    assert choose(listed) == "paraseq_user_7"
+    assert choose(listed) == "paraseq_user_8"

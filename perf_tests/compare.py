@@ -6,7 +6,8 @@ newton_apply forward and backward), accelerated-scan (diagonal linear scan), fla
 kernels) and torchode, next to paraseq's operators on the same workloads and the HBM floor from a copy measured in
 the same run; and (section "user") a GRU cell and an oscillator written as functions of one's own, through paraseq's
 compiled and general paths, against the built-in ParaGRU and DampedOscillator and against pararnn-torch's
-newton_apply (its autograd Jacobian) and torchdiffeq on the same functions. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
+newton_apply (its autograd Jacobian) and torchdiffeq on the same functions; and (section "sweep") the ParaGRU
+forward against T and against B x H and the one-channel scan against T, for the plots of docs/performance.md. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
 the one checked against paraseq's; a call that takes more than a second is timed once. Writes one JSON report and
 prints a table.
 
@@ -362,6 +363,63 @@ def compare_scan(time_ms, device, shapes, reps, peers):
     return results
 
 
+# --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
+
+SWEEP_BACKENDS = ("auto", "fused", "scan")  # paraseq's Newton backends in the sweeps
+
+
+def compare_sweep(time_ms, device, gru_T, gru_BH, scan_T, reps, peers):
+    """ParaGRU forward (K = 3) at B = 1, H = 256 against T and at T = 4096 against (B, H); the diagonal scan of one
+    channel against T. paraseq's backends and the peers' kernels on the same inputs; gru_sweep_floor entries give
+    the HBM floor (read u, write h)."""
+    results = []
+    gru_shapes = [("gru_forward_against_T", (1, T, 256)) for T in gru_T]
+    gru_shapes += [("gru_forward_against_BH", (B, 4096, H)) for B, H in gru_BH]
+    for workload, (B, T, H) in gru_shapes:
+        torch.manual_seed(0)
+        a = torch.rand(3, H, device=device) - 0.5
+        u = torch.randn(B, T, 3 * H, device=device)
+        entry = {"workload": workload, "B": B, "T": T, "H": H}
+        with torch.no_grad():
+            reference = torch.ops.paraseq.para_gru(u, a, None, packed("auto"), False)[0]
+            agrees = lambda h: {"max_abs_diff_to_paraseq_auto": max_abs_diff(h, reference)}  # noqa: E731
+            for backend in SWEEP_BACKENDS:
+                solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]  # noqa: E731
+                results.append(measure(time_ms, {**entry, "implementation": f"paraseq {backend}"}, solve, reps, agrees))
+            name = "pararnn-torch newton_gru_fused (Triton)"
+            if peers.module("pararnn-torch", "pararnn", name, workload):
+                fused = lambda: torch.ops.pararnn.newton_gru_fused(u, a[0], a[1], a[2], max_iters=3, omega=1.0)  # noqa: E731
+                results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
+                                       fused, reps, agrees))
+        results.append({**entry, "implementation": "HBM floor (read u, write h)", "bytes": 16 * B * T * H})
+        del a, u, reference
+    for T in scan_T:
+        torch.manual_seed(2)
+        A = 0.5 + 0.49 * torch.rand(1, T, 1, device=device)
+        b = torch.randn(1, T, 1, device=device)
+        entry = {"workload": "scan_against_T", "B": 1, "T": T, "N": 1}
+        with torch.no_grad():
+            reference = paraseq.linear_scan(A, b)
+            agrees = lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}  # noqa: E731
+            results.append(measure(time_ms, {**entry, "implementation": "paraseq linear_scan"},
+                                   lambda: paraseq.linear_scan(A, b), reps))
+            gates, tokens = A.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()
+            for kind in ("warp", "scalar"):
+                name = f"accelerated-scan {kind}"
+                module = peers.module("accelerated-scan", f"accelerated_scan.{kind}", name, entry["workload"])
+                if module is not None:
+                    results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("accelerated-scan")},
+                                           lambda: module.scan(gates, tokens).transpose(1, 2), reps, agrees))
+            name = "pararnn-torch scan_diag (triton)"
+            module = peers.module("pararnn-torch", "pararnn.solvers.scan", name, entry["workload"])
+            if module is not None:
+                results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
+                                       lambda: module.scan_diag(A, b, backend="triton"), reps, agrees))
+        results.append({**entry, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * T})
+        del A, b, reference, gates, tokens
+    return results
+
+
 # --- Ensembles of ODEs: damped oscillators y'' = -k y - c y', per-trajectory k, c.
 
 def oscillator(k, c):
@@ -621,7 +679,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode", "user")
+SECTIONS = ("gru", "scan", "ode", "user", "sweep")
 
 
 def shapes(text):
@@ -651,10 +709,14 @@ def main():
     if args.quick:
         gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
         user_gru_shape = (2, 64, 16)
+        sweep_gru_T, sweep_gru_BH, sweep_scan_T = [64, 256], [(2, 8)], [1 << 10, 1 << 12]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
         user_gru_shape = shapes(args.user_gru_shape)[0]
+        sweep_gru_T = [1 << k for k in range(12, 21, 2)]
+        sweep_gru_BH = [(1, 256), (4, 256), (16, 256), (16, 1024), (64, 1024)]
+        sweep_scan_T = [1 << k for k in range(16, 27, 2)]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -668,6 +730,8 @@ def main():
         results += compare_scan(time_ms, device, scan_shapes, reps, peers)
     if "ode" in sections:
         results += compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers)
+    if "sweep" in sections:
+        results += compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers)
     if "user" in sections:
         results += compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)
     results += peers.missing

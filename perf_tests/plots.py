@@ -8,6 +8,9 @@ One figure per question, with one line per report (machine):
   newton_modes.png     ParaGRU forward time per mode and shape
   rk_time.png          RK4 / DP5 time against the number of trajectories N
   speedups.png         compare.py: each implementation's time per workload, and its ratio to paraseq's
+  time_against_T.png   compare.py's sweep: time per step of the ParaGRU forward (B = 1, H = 256) and the
+                       one-channel scan against T, paraseq and the peers, with the HBM floor
+  time_against_BH.png  compare.py's sweep: the ParaGRU forward at T = 4096 against B x H
 """
 
 import argparse
@@ -133,6 +136,35 @@ def speedups(comparisons, out):
         plt.close(fig)
 
 
+def sweeps(comparisons, out):
+    """compare.py's sweep section: one line per implementation, time per step (T) or per channel (B x H)."""
+    for label, path in comparisons:
+        with open(path) as f:
+            rows = [r for r in json.load(f)["results"] if r.get("ms")]
+        panels = (("time_against_T.png", (("gru_forward_against_T", "ParaGRU forward, B = 1, H = 256"),
+                                          ("scan_against_T", "diagonal scan, one channel")), "T",
+                   lambda r: r["T"], lambda r: r["ms"] * 1e6 / r["T"], "ns per step"),
+                  ("time_against_BH.png", (("gru_forward_against_BH", "ParaGRU forward, T = 4096"),), "B x H",
+                   lambda r: r["B"] * r["H"], lambda r: r["ms"] * 1e6 / (r["B"] * r["H"]), "ns per channel"))
+        for name, workloads, xlabel, x, y, ylabel in panels:
+            members = [[r for r in rows if r["workload"] == workload] for workload, _ in workloads]
+            if not any(members):
+                continue
+            fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
+            for ax, (workload, title), found in zip(axes[0], workloads, members):
+                for implementation in dict.fromkeys(r["implementation"] for r in found):
+                    line = sorted((x(r), y(r)) for r in found if r["implementation"] == implementation)
+                    style = "-o" if implementation.startswith("paraseq") else ":" if "floor" in implementation else "--x"
+                    ax.plot(*zip(*line), style, label=implementation)
+                ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=f"{title} ({label})")
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(os.path.join(out, name), dpi=120)
+            print(f"wrote {os.path.join(out, name)}")
+            plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="docs/img")
@@ -143,7 +175,9 @@ def main():
     reports = load(args.reports)
     for draw in (scan_bandwidth, newton_modes, rk_time):
         draw(reports, args.out)
-    speedups([pair.split("=", 1) for pair in args.compare], args.out)
+    comparisons = [pair.split("=", 1) for pair in args.compare]
+    speedups(comparisons, args.out)
+    sweeps(comparisons, args.out)
 
 
 if __name__ == "__main__":

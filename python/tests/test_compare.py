@@ -14,8 +14,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PEER_WORKLOADS = {
     "pararnn-torch": {"gru_forward", "gru_layer_forward", "gru_layer_forward_backward", "scan_forward",
-                      "scan_forward_backward", "user_gru_forward", "user_gru_forward_backward"},
-    "accelerated-scan": {"scan_forward", "scan_forward_backward"},
+                      "scan_forward_backward", "user_gru_forward", "user_gru_forward_backward",
+                      "gru_forward_against_T", "gru_forward_against_BH", "scan_against_T"},
+    "accelerated-scan": {"scan_forward", "scan_forward_backward", "scan_against_T"},
     "flash-linear-attention": {"scan_forward", "scan_forward_backward"},
     "torchode": {"rk4_fixed", "dopri5_adaptive"},
     "torchdiffeq": {"rk4_fixed", "dopri5_adaptive", "user_rk4_fixed"},

@@ -1,7 +1,8 @@
 // The ordered scan of the block-diagonal and dense structures (BlockDiagonal<2..4>, Dense and a
 // declared bound, DenseUpTo<M>) against the sequential float64 reference, forward and reverse, on
-// every enabled execution space: a unit of its own beside test_linear_scan.cpp. Also float Views
-// accumulated in double, a DenseUpTo<8> A (the other structures: test_linear_scan_float.cpp).
+// every enabled execution space: a unit of its own beside test_linear_scan.cpp. Float Views
+// accumulated in double: test_linear_scan_float.cpp, and for a DenseUpTo<8> A
+// test_linear_scan_dense_float.cpp (each header-path dense kernel set is a unit's worth of nvcc).
 
 #include <paraseq/core/linear_scan.hpp>
 
@@ -43,14 +44,6 @@ TYPED_TEST(LinearScanStructures, DenseMatchesSequentialReferenceInDouble) {
   View4<double, Space> A32("A32", 1, 64, 32, 32);
   fill_contractive(A32, 32, 6);
   expect_matches_reference<Space, double>(Dense{}, A32, 1, 64, 32, 1e-12, {ScanConfig{}, ScanConfig{1, 5, 4}});
-}
-
-// Accumulated in double, a float scan is not a compiled instance: a bound of 8 keeps its kernels small.
-TYPED_TEST(LinearScanStructures, FloatDenseAccumulatedInDoubleMatchesToSinglePrecision) {
-  using Space = TypeParam;
-  View4<float, Space> A8("A8", 1, 2000, 8, 8);
-  fill_contractive(A8, 8, 9);
-  expect_matches_reference<Space, float>(DenseUpTo<8>{}, A8, 1, 2000, 8, 1e-5, {ScanConfig{}, ScanConfig{1, 16, 5}});
 }
 
 // A dense A whose bound is declared smaller than 32: the same recurrence with maps sized for it,

@@ -278,6 +278,7 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(monkeypa
     cell, x, h0 = cell_case(DiagonalCell, "cpu", T=4)
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     _extension_build.build_settings.cache_clear()
+    monkeypatch.setattr(_compiled_cell, "_chosen", _user_function.TraceMemo())  # as in a new process
     try:
         with pytest.warns(UserWarning, match=r"general path for this cell: the compiled path is not available here: "
                                              r"no C\+\+ compiler"):

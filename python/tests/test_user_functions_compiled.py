@@ -367,6 +367,7 @@ def test_without_a_compiler_auto_takes_the_general_path_and_true_raises(van_der_
     t = torch.tensor([0.0, 0.5], dtype=DOUBLE)
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     _extension_build.build_settings.cache_clear()
+    monkeypatch.setattr(_compiled_odeint, "_chosen", _user_function.TraceMemo())  # as in a new process
     try:
         with pytest.warns(UserWarning, match=r"general path.*not available here: no C\+\+ compiler"):
             auto = odeint(model, y0, t, **TOLERANCES)

@@ -98,18 +98,22 @@ def test_compiles_without_graph_breaks_and_equals_eager(device):
     cell = head_cell(device, torch.float32, input_size=8, hidden_size=16, n_heads=4)
     x = torch.randn(2, 40, 8, device=device)
     cfg = compile_safe_config(scan_backend="auto")
-    loss = lambda z: newton_apply(cell, z, cfg).square().sum()
-    assert graph_break_count(loss, x) == 0
-    compiled = torch.compile(loss, fullgraph=True)
-    value = compiled(x)
-    value.backward()
-    compiled_grads = [p.grad.clone() for p in cell.parameters()]
+    solve = lambda z: newton_apply(cell, z, cfg)
+    assert graph_break_count(solve, x) == 0
+    h = torch.compile(solve, fullgraph=True)(x)
+    h.square().sum().backward()
+    compiled_grads = {name: p.grad.clone() for name, p in cell.named_parameters()}
     cell.zero_grad()
-    eager = loss(x)
-    eager.backward()
-    assert torch.equal(value, eager)
-    for compiled_grad, p in zip(compiled_grads, cell.parameters()):
-        assert torch.equal(compiled_grad, p.grad)
+    h_eager = solve(x)
+    h_eager.square().sum().backward()
+    assert torch.equal(h, h_eager)
+    for name, p in cell.named_parameters():
+        # The bias gradient is a sum over (B, T) that inductor reduces in another order than eager
+        # (so for mix="diag" too, measured 2026-12-02); everything through the operators is bitwise.
+        if name == "in_proj.bias":
+            assert torch.allclose(compiled_grads[name], p.grad, rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(compiled_grads[name], p.grad), name
 
 
 def test_step_decodes_what_newton_apply_solved(device):

@@ -321,6 +321,7 @@ class ParaGRU(nn.Module):
         A_c) per head, rows the input channel and columns the output channel (pararnn's A_z, A_r,
         A_n stacked).
     mix : str
+        "diag" or "head", as given.
     n_heads, d_head : int or None
         The head geometry with mix="head"; None with mix="diag".
     config : NewtonConfig

@@ -247,7 +247,8 @@ function(paraseq_generate_instances sources_var)
       foreach(cell IN LISTS PARASEQ_ETI_CELLS)
         list(APPEND entries "newton|newton_solve|${cell}" "newton|newton_fused|${cell}" "newton|newton_scan|${cell}"
              "backward|newton_backward|${cell}" "backward|newton_adjoint_scan|${cell}")
-        # A diagonal cell's quasi Jacobian is its exact one; the head GRU keeps ParaGRU's families.
+        # A diagonal cell's quasi Jacobian is its exact one. The head GRU's quasi scan (rarely run:
+        # its heads are dense) has no instance of its own; its solve's unit compiles it implicitly.
         if(NOT cell MATCHES "^ParaGRU")
           list(APPEND entries "newton|newton_scan_quasi|${cell}")
         endif()

@@ -164,3 +164,15 @@ def test_operator_errors_name_the_argument(device):
         cell.recurrent = torch.nn.Parameter(torch.rand(3, 12, dtype=torch.float64, device=device))
     with pytest.raises(ValueError, match=r"recurrent of shape \[3, 12\], expected \[3, 3, 4, 4\]"):
         cell(torch.rand(1, 4, 5, dtype=torch.float64, device=device))
+
+
+def test_quasi_jacobian_converges_to_the_loop_by_another_path(device):
+    """jacobian="quasi" keeps each head's diagonal only: after 2 iterations its iterate differs from
+    the exact Jacobian's, after 60 both are the loop's states."""
+    x = torch.rand(2, 40, 5, dtype=torch.float64, device=device) - 0.5
+    cell = head_cell(device, max_iters=2, scan_backend="newton", residual_fail=None)
+    exact_two = cell(x)
+    cell.config = NewtonConfig(max_iters=2, scan_backend="newton", jacobian="quasi", residual_fail=None)
+    assert (cell(x) - exact_two).abs().max() > 1e-6
+    cell.config = NewtonConfig(max_iters=60, scan_backend="newton", jacobian="quasi")
+    assert (cell(x) - head_gru_loop(cell, x)).abs().max() <= 1e-12

@@ -11,7 +11,7 @@
 
 set(PARASEQ_ETI_TYPES float double)
 set(PARASEQ_ETI_STRUCTURES Diagonal "BlockDiagonal<2>" "BlockDiagonal<3>" "BlockDiagonal<4>" Dense)
-set(PARASEQ_ETI_CELLS ParaGRU ParaLSTM)
+set(PARASEQ_ETI_CELLS ParaGRU ParaGRUHeads ParaLSTM)
 # The built-in fields of loops/fields.hpp, each as name|type|parameters|state size (parameters own:
 # [N, P] rows, whose gradient the instances compute, or shared: [Q]; state size fixed at compile
 # time or runtime), and the methods, compiled for the fused loops of ode::solve and
@@ -247,7 +247,9 @@ function(paraseq_generate_instances sources_var)
       foreach(cell IN LISTS PARASEQ_ETI_CELLS)
         list(APPEND entries "newton|newton_solve|${cell}" "newton|newton_fused|${cell}" "newton|newton_scan|${cell}"
              "backward|newton_backward|${cell}" "backward|newton_adjoint_scan|${cell}")
-        if(NOT cell STREQUAL "ParaGRU") # a diagonal cell's quasi Jacobian is its exact one
+        # A diagonal cell's quasi Jacobian is its exact one. The head GRU's quasi scan (rarely run:
+        # its heads are dense) has no instance of its own; its solve's unit compiles it implicitly.
+        if(NOT cell MATCHES "^ParaGRU")
           list(APPEND entries "newton|newton_scan_quasi|${cell}")
         endif()
       endforeach()

@@ -3,6 +3,7 @@
 // differences of its step, and a solve's gradients against central differences of a float64 loss.
 
 #include <paraseq/core/structure.hpp>
+#include <paraseq/solvers/cell.hpp>
 
 #include "test_support.hpp"
 
@@ -23,7 +24,7 @@ Kokkos::View<double*, Kokkos::HostSpace> cell_derivative_errors(const Cell& cell
                                                                 const View1<double, Space>& mu) {
   using structure = typename Cell::structure;
   constexpr int D = structure::max_group_size;
-  const int N = cell.state_size(), d = group_size<structure>(N), groups = group_count<structure>(N);
+  const int N = cell.state_size(), d = paraseq::detail::cell_group_size(cell), groups = N / d;
   View1<double, Space> errors("errors", 2 * groups);
   Kokkos::parallel_for(
       "test::cell_derivatives", Kokkos::RangePolicy<Space>(0, groups), KOKKOS_LAMBDA(int g) {

@@ -45,6 +45,11 @@ def _para_gru_fake(u, a, h0, config, with_residual):
     return _newton_fake(u, a.shape[1], with_residual)
 
 
+@torch.library.register_fake("paraseq::para_gru_head")
+def _para_gru_head_fake(u, a, h0, config, with_residual):
+    return _newton_fake(u, a.shape[1] * a.shape[2], with_residual)
+
+
 @torch.library.register_fake("paraseq::para_lstm")
 def _para_lstm_fake(u, a, p, state0, config, with_residual):
     return _newton_fake(u, 2 * a.shape[1], with_residual)
@@ -52,6 +57,11 @@ def _para_lstm_fake(u, a, p, state0, config, with_residual):
 
 @torch.library.register_fake("paraseq::para_gru_backward")
 def _para_gru_backward_fake(u, a, h0, h, grad_h):
+    return _contiguous_like(u), _contiguous_like(a), u.new_empty((h.shape[0], h.shape[2]))
+
+
+@torch.library.register_fake("paraseq::para_gru_head_backward")
+def _para_gru_head_backward_fake(u, a, h0, h, grad_h):
     return _contiguous_like(u), _contiguous_like(a), u.new_empty((h.shape[0], h.shape[2]))
 
 

@@ -1,4 +1,4 @@
-"""ParaGRU and ParaLSTM solved by Newton's method (the C++ newton_solve), ParaSLSTM (a cell of the compiled
+"""ParaGRU (diagonal or head-block recurrence) and ParaLSTM solved by Newton's method (the C++ newton_solve), ParaSLSTM (a cell of the compiled
 path), and their configuration."""
 
 from __future__ import annotations
@@ -256,11 +256,45 @@ def _init_uniform(tensor, hidden_size):
         tensor.uniform_(-bound, bound)
 
 
-class ParaGRU(nn.Module):
-    """ParaRNN's GRU with diagonal recurrence, solved for all t at once by newton_apply.
+# ParaGRU's recurrent mixes (pararnn's ParaGRU(mix=...)) and the head sizes mix="head" takes: a head
+# is one dense group of the C++ scan (ParaGRUHeads, DenseUpTo<32>).
+GRU_MIXES = ("diag", "head")
+MIN_HEAD_SIZE, MAX_HEAD_SIZE = 2, 32
 
-    h' = z c + (1 - z) h with z = s(a_z h + u_z), r = s(a_r h + u_r), c = tanh(a_c (h r) + u_c),
-    u = in_proj(x) with gates (z, r, c); s is the logistic sigmoid.
+
+def _check_heads(hidden_size, mix, n_heads):
+    """n_heads for the mix, after checking both (hidden_size is checked already)."""
+    if mix not in GRU_MIXES:
+        raise ValueError(f"ParaGRU: argument 'mix' is {mix!r}, expected 'diag' (diagonal recurrence) or 'head' "
+                         "(dense recurrent blocks per head)")
+    if mix == "diag":
+        if n_heads is not None:
+            raise ValueError(f"ParaGRU: argument 'n_heads' is {n_heads!r} with mix='diag', expected None (heads are "
+                             "for mix='head')")
+        return None
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int):
+        raise TypeError(f"ParaGRU: argument 'n_heads' is {n_heads!r} with mix='head', expected an int >= 1 that "
+                        f"divides hidden_size = {hidden_size}")
+    if n_heads < 1 or hidden_size % n_heads != 0:
+        raise ValueError(f"ParaGRU: argument 'n_heads' is {n_heads} with mix='head', expected an int >= 1 that "
+                         f"divides hidden_size = {hidden_size}")
+    d_head = hidden_size // n_heads
+    if not MIN_HEAD_SIZE <= d_head <= MAX_HEAD_SIZE:
+        raise ValueError(f"ParaGRU: argument 'n_heads' is {n_heads} with hidden_size = {hidden_size}, giving heads of "
+                         f"d_head = {d_head} channels, expected {MIN_HEAD_SIZE} <= d_head <= {MAX_HEAD_SIZE} "
+                         "(mix='diag' is d_head = 1)")
+    return n_heads
+
+
+class ParaGRU(nn.Module):
+    """ParaRNN's GRU with diagonal or head-block recurrence, solved for all t at once by newton_apply.
+
+    mix="diag": h' = z c + (1 - z) h with z = s(a_z h + u_z), r = s(a_r h + u_r),
+    c = tanh(a_c (h r) + u_c), all channelwise. mix="head" (pararnn's ParaGRU(mix="head")): the
+    state splits into n_heads heads of d_head = H / n_heads channels and, on each head,
+    z = s(h A_z + u_z), r = s(h A_r + u_r), c = tanh((h r) A_c + u_c) with dense d_head x d_head
+    matrices (h a row vector), h' as above. u = in_proj(x) with gates (z, r, c); s is the logistic
+    sigmoid.
 
     Parameters
     ----------
@@ -272,26 +306,52 @@ class ParaGRU(nn.Module):
         Whether in_proj has a bias.
     config : NewtonConfig, optional
         How forward() solves (default NewtonConfig()).
+    mix : {"diag", "head"}
+        The recurrence: "diag" (default) channelwise, "head" dense blocks per head.
+    n_heads : int, optional
+        mix="head" only (required there): the head count, dividing hidden_size with
+        2 <= d_head = hidden_size / n_heads <= 32.
 
     Attributes
     ----------
     in_proj : torch.nn.Linear
         [3H, input_size] weight (and [3H] bias): u = in_proj(x).
     recurrent : torch.nn.Parameter
-        [3, H]: (a_z, a_r, a_c).
+        mix="diag": [3, H], (a_z, a_r, a_c). mix="head": [3, n_heads, d_head, d_head], (A_z, A_r,
+        A_c) per head, rows the input channel and columns the output channel (pararnn's A_z, A_r,
+        A_n stacked).
+    mix : str
+        "diag" or "head", as given.
+    n_heads, d_head : int or None
+        The head geometry with mix="head"; None with mix="diag".
     config : NewtonConfig
+
+    Raises
+    ------
+    ValueError, TypeError
+        An unknown mix; n_heads given with mix="diag", missing with mix="head", not dividing
+        hidden_size, or giving d_head outside [2, 32].
     """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 config: Optional[NewtonConfig] = None):
+                 config: Optional[NewtonConfig] = None, *, mix: str = "diag", n_heads: Optional[int] = None):
         super().__init__()
         _check_size("ParaGRU", "input_size", input_size)
         _check_size("ParaGRU", "hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
+        self.mix, self.n_heads = mix, _check_heads(hidden_size, mix, n_heads)
+        self.d_head = None if self.n_heads is None else hidden_size // self.n_heads
         self.in_proj = nn.Linear(input_size, 3 * hidden_size, bias=bias)
-        self.recurrent = nn.Parameter(torch.empty(3, hidden_size))
+        self.recurrent = nn.Parameter(torch.empty(self._recurrent_shape()))
         _init_uniform(self.recurrent, hidden_size)
         self.config = config if config is not None else NewtonConfig()
+
+    def _recurrent_shape(self):
+        return (3, self.hidden_size) if self.mix == "diag" else (3, self.n_heads, self.d_head, self.d_head)
+
+    def extra_repr(self) -> str:
+        heads = f", mix='head', n_heads={self.n_heads}" if self.mix == "head" else ""
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}{heads}"
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, *,
                 cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
@@ -510,12 +570,20 @@ class ParaSLSTM(nn.Module):
 
 def _gru_step(recurrent, h, u):
     """ParaGRU's step in PyTorch (any leading dimensions): the reference loop's and the
-    distributed solve's."""
-    a_z, a_r, a_c = recurrent
+    distributed solve's. recurrent [3, H] (diagonal) or [3, n_heads, d_head, d_head] (heads)."""
     u_z, u_r, u_c = u.chunk(3, dim=-1)
-    z = torch.sigmoid(a_z * h + u_z)
-    r = torch.sigmoid(a_r * h + u_r)
-    c = torch.tanh(a_c * (h * r) + u_c)
+    if recurrent.dim() == 2:
+        a_z, a_r, a_c = recurrent
+        mix_z, mix_r, mix_c = (lambda v, a=a: a * v for a in (a_z, a_r, a_c))
+    else:
+        heads, d_head = recurrent.shape[1], recurrent.shape[2]
+
+        def head_mix(a):  # v A per head: [..., H] -> [..., H]
+            return lambda v: (v.unflatten(-1, (heads, 1, d_head)) @ a).flatten(-3)
+        mix_z, mix_r, mix_c = (head_mix(a) for a in recurrent)
+    z = torch.sigmoid(mix_z(h) + u_z)
+    r = torch.sigmoid(mix_r(h) + u_r)
+    c = torch.tanh(mix_c(h * r) + u_c)
     return z * c + (1 - z) * h
 
 
@@ -806,7 +874,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     u = _projection(cell, x)
     with torch.autocast(device_type=x.device.type, enabled=False):
         if isinstance(cell, ParaGRU):
-            state, residual, stats = ops.para_gru(u, cell.recurrent, state0, config, return_stats or check)
+            gru_op = ops.para_gru_head if cell.mix == "head" else ops.para_gru
+            state, residual, stats = gru_op(u, cell.recurrent, state0, config, return_stats or check)
         else:
             state, residual, stats = ops.para_lstm(u, cell.recurrent, cell.peephole, state0, config,
                                                    return_stats or check)
@@ -843,7 +912,8 @@ def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
         raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaGRU, which has no cell state")
     H = cell.hidden_size
     _check_parameter(cell, "in_proj.weight", cell.in_proj.weight, (3 * H, cell.input_size))
-    _check_parameter(cell, "recurrent", cell.recurrent, (3, H))
+    _check_parameter(cell, "recurrent", cell.recurrent,
+                     cell._recurrent_shape() if isinstance(cell, ParaGRU) else (3, H))
     if isinstance(cell, ParaLSTM):
         _check_parameter(cell, "peephole", cell.peephole, (2, H))
     state0 = _initial_state(cell, x, h0)
@@ -929,6 +999,10 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
     try:
         _check_compile_argument("newton_apply", compile)
         if builtin:
+            if getattr(cell, "mix", "diag") == "head":
+                raise NotImplementedError("newton_apply: argument 'cell' is a ParaGRU with mix='head' and "
+                                          "'process_group' is given, but the distributed solve takes mix='diag' only "
+                                          "(its general path would couple the whole state as one dense block)")
             cfg, _ = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
             if cfg.scan_backend not in ("auto", "newton") or cfg.picard_adapt:
                 raise ValueError(f"newton_apply: argument 'cfg' has scan_backend {cfg.scan_backend!r} and picard_adapt "

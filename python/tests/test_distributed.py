@@ -232,6 +232,8 @@ def run_errors(group):
     errors["diverged"] = caught(lambda: newton_apply(diverging, x_stiff if me == 0 else x_stiff[:, :0],
                                                      process_group=group))
     errors["fused"] = caught(lambda: newton_apply(gru, x_gru, NewtonConfig(scan_backend="fused"), process_group=group))
+    head_gru = ParaGRU(3, 4, mix="head", n_heads=2).to(torch.float64)
+    errors["head"] = caught(lambda: newton_apply(head_gru, x_gru, process_group=group))
     # After all of these the group still works: every rank raised after the same collectives.
     errors["after"] = linear_scan(A, b, process_group=group).sum().item()
     return errors
@@ -468,6 +470,7 @@ def test_mismatched_ranks_raise_on_every_rank(ranks):
         "jacobian": ("ValueError", "argument 'cfg' has jacobian 'exact' on group rank 0, 'quasi' on group rank 1"),
         "newton_h0": ("ValueError", "argument 'h0' is given on group rank(s) [1]"),
         "fused": ("ValueError", "argument 'cfg' has scan_backend 'fused'"),
+        "head": ("NotImplementedError", "argument 'cell' is a ParaGRU with mix='head' and 'process_group' is given"),
         "diverged": ("NewtonDivergenceError", "the Newton solve did not converge"),
         "group": ("TypeError", "argument 'process_group' is a builtins.str, expected a torch.distributed.ProcessGroup"),
     }

@@ -29,6 +29,10 @@
 //                                                   Acc* dh, Acc* du, Acc* dparams) const;
 //   };
 //
+// A cell with a dense structure whose state splits into several dense groups (ParaGRUHeads' heads)
+// declares their size, d <= the structure's bound, on the host: `int group_size() const;`. Without
+// it a dense cell's one group is the whole state.
+//
 // Each parameter belongs to exactly one group (param_index is one-to-one), which keeps the gradient
 // reduction free of atomics and deterministic. A cell is copied to the device by value: hold
 // parameters in Views, never in host containers, and keep every member function free of exceptions.
@@ -122,6 +126,18 @@ constexpr void check_cell_gradient() {
 
 template <class Cell>
 inline constexpr int cell_group_bound = Cell::structure::max_group_size;
+
+template <class Cell>
+concept declares_group_size = is_dense_v<typename Cell::structure> && requires(const Cell& cell) {
+  { cell.group_size() } -> std::convertible_to<int>;
+};
+
+// Channels per group of the cell's state: the size it declares, else its structure's.
+template <class Cell>
+int cell_group_size(const Cell& cell) {
+  if constexpr (declares_group_size<Cell>) return cell.group_size();
+  else return group_size<typename Cell::structure>(cell.state_size());
+}
 
 } // namespace detail
 

@@ -6,6 +6,11 @@
 //   ParaGRU  state h: [B, T, H]; u: [B, T, 3H] (z, r, c); a: [3, H] (a_z, a_r, a_c)
 //       z = s(a_z h + u_z),  r = s(a_r h + u_r),  c = tanh(a_c (h r) + u_c),  h' = z c + (1 - z) h
 //       gradient slots: [3, H] like a
+//   ParaGRUHeads state h: [B, T, H], H = n_heads x d_head; u: [B, T, 3H] (z, r, c);
+//            a: [3, n_heads, d_head, d_head] (A_z, A_r, A_c per head, rows the input channel, columns
+//            the output channel: pararnn's (d_in, d_out)); on each head's d_head channels
+//       z = s(h A_z + u_z),  r = s(h A_r + u_r),  c = tanh((h r) A_c + u_c),  h' = z c + (1 - z) h
+//       gradient slots: [3, n_heads, d_head, d_head] like a
 //   ParaLSTM state: [B, T, 2H], channel 2n = c_n and 2n+1 = h_n; u: [B, T, 3H] (f, c~, o);
 //            a: [3, H] (a_f, a_c, a_o), p: [2, H] (peepholes p_f, p_o)
 //       f = s(a_f h + p_f c + u_f),  c~ = tanh(a_c h + u_c),  c' = f c + (1 - f) c~,
@@ -17,7 +22,9 @@
 //       i = exp(p_i - m'),  f = exp(p_f + m - m'),  c' = f c + i tanh(p_z),  n' = f n + i,
 //       h' = s(p_o) c' / (n' + eps)
 //       gradient slots: [4, H] like r
-// s is the logistic function. The GRU Jacobian is diagonal; the LSTM one is a 2 x 2 block per
+// s is the logistic function; h A is the row vector h times the matrix A. The GRU Jacobian is
+// diagonal, the head GRU's a dense d_head x d_head block per head (DenseUpTo<32> with the run-time
+// group size d_head: 2 <= d_head <= 32); the LSTM one is a 2 x 2 block per
 // channel (BlockDiagonal<2> over the interleaved state), the sLSTM one a 4 x 4 block (BlockDiagonal<4>).
 // ParaSLSTM is the sLSTM of xLSTM (Beck et al. 2024) with exponential input and forget gates and the
 // stabiliser m, as pararnn's ParaSLSTM(mix="diag"): its derivative of the max at a tie p_f + m = p_i
@@ -121,6 +128,124 @@ struct ParaGRU {
     dparams[1] = d_pre_r * h[0];
     dparams[2] = d_pre_c * q;
     dh[0] = mu[0] * (Acc(1) - z) + d_pre_z * a_z + d_q * r + d_pre_r * a_r;
+  }
+};
+
+// ParaGRU with head-block recurrence (pararnn's ParaGRU(mix="head")): the gates' recurrent matrices
+// are block-diagonal, one dense d_head x d_head block per head, so each head is one group of the
+// dense scan. Its Jacobian costs O(d_head^3) per step and head (the A_r, A_c product); its vjp O(d_head^2).
+template <class T, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct ParaGRUHeads {
+  using structure = DenseUpTo<max_dense_size>;
+  using param_view = Kokkos::View<const T****, Kokkos::LayoutRight, MemorySpace>;
+  static constexpr int max_head_size = max_dense_size;
+  static constexpr int max_inputs_per_group = 3 * max_head_size;
+  static constexpr int max_params_per_group = 3 * max_head_size * max_head_size;
+
+  param_view a; // [3, n_heads, d_head, d_head]: A_z, A_r, A_c; a(k, head, i, j) weighs h_i in gate k's channel j
+
+  int head_count() const { return int(a.extent(1)); }
+  int group_size() const { return int(a.extent(2)); } // d_head: each head is one group
+  int state_size() const { return head_count() * group_size(); }
+  int input_size() const { return 3 * state_size(); }
+  int param_count() const { return 3 * state_size() * group_size(); }
+  KOKKOS_INLINE_FUNCTION int inputs_per_group() const { return 3 * int(a.extent(2)); }
+  KOKKOS_INLINE_FUNCTION int params_per_group() const { return 3 * int(a.extent(2) * a.extent(3)); }
+  // Input k = gate * d_head + j: channel j of head g in gate k's block of u.
+  KOKKOS_INLINE_FUNCTION int input_column(int g, int k) const {
+    const int d = int(a.extent(2));
+    return (k / d) * int(a.extent(1)) * d + g * d + k % d;
+  }
+  // Parameter k = (gate * d_head + i) * d_head + j: a(gate, g, i, j) at its place in a.
+  KOKKOS_INLINE_FUNCTION int param_index(int g, int k) const {
+    const int dd = int(a.extent(2) * a.extent(3));
+    return ((k / dd) * int(a.extent(1)) + g) * dd + k % dd;
+  }
+  void check(const char* fn) const {
+    const std::string expected = "shape [3, n_heads, d_head, d_head] (A_z, A_r, A_c per head) with n_heads >= 1 and 2 <= d_head <= " +
+                                 std::to_string(max_head_size);
+    if (a.extent(0) != 3 || a.extent(1) < 1 || a.extent(2) != a.extent(3) || a.extent(2) < 2 || a.extent(2) > std::size_t(max_head_size))
+      detail::throw_invalid(fn, "cell.a", "shape " + detail::shape_of(a), expected);
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void step(int g, const Acc* h, const Acc* u, Acc* f) const {
+    const int d = int(a.extent(2));
+    Acc z[max_head_size], r[max_head_size], q[max_head_size];
+    gates(g, h, u, z, r, q);
+    for (int j = 0; j < d; ++j) {
+      Acc pre_c = u[2 * d + j];
+      for (int i = 0; i < d; ++i) pre_c += q[i] * Acc(a(2, g, i, j));
+      f[j] = h[j] + z[j] * (detail::tanh(pre_c) - h[j]);
+    }
+  }
+
+  // J[i * d + j] = df_i / dh_j = delta_ij (1 - z_i) + (c_i - h_i) z_i' A_z[j][i]
+  //                              + z_i c_i' (A_c[j][i] r_j + sum_k A_r[j][k] h_k r_k' A_c[k][i]),
+  // with z' = z (1 - z), r' = r (1 - r), c' = 1 - c^2.
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+    const int d = int(a.extent(2));
+    Acc z[max_head_size], r[max_head_size], q[max_head_size], s[max_head_size];
+    gates(g, h, u, z, r, q);
+    for (int k = 0; k < d; ++k) s[k] = q[k] * (Acc(1) - r[k]);
+    for (int i = 0; i < d; ++i) {
+      Acc pre_c = u[2 * d + i];
+      for (int k = 0; k < d; ++k) pre_c += q[k] * Acc(a(2, g, k, i));
+      const Acc c = detail::tanh(pre_c);
+      f[i] = h[i] + z[i] * (c - h[i]);
+      const Acc via_z = (c - h[i]) * z[i] * (Acc(1) - z[i]), via_c = z[i] * (Acc(1) - c * c);
+      for (int j = 0; j < d; ++j) {
+        Acc dq = Acc(a(2, g, j, i)) * r[j];
+        for (int k = 0; k < d; ++k) dq += Acc(a(1, g, j, k)) * s[k] * Acc(a(2, g, k, i));
+        J[i * d + j] = (i == j ? Acc(1) - z[i] : Acc(0)) + via_z * Acc(a(0, g, j, i)) + via_c * dq;
+      }
+    }
+  }
+
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void vjp(int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh, Acc* du,
+                                  Acc* dparams) const {
+    const int d = int(a.extent(2)), dd = d * d;
+    Acc z[max_head_size], r[max_head_size], q[max_head_size], d_pre_c[max_head_size];
+    gates(g, h, u, z, r, q);
+    for (int i = 0; i < d; ++i) {
+      Acc pre_c = u[2 * d + i];
+      for (int k = 0; k < d; ++k) pre_c += q[k] * Acc(a(2, g, k, i));
+      const Acc c = detail::tanh(pre_c);
+      du[i] = mu[i] * (c - h[i]) * z[i] * (Acc(1) - z[i]); // of pre_z
+      d_pre_c[i] = du[2 * d + i] = mu[i] * z[i] * (Acc(1) - c * c);
+    }
+    for (int k = 0; k < d; ++k) { // of pre_r, through q_k = h_k r_k
+      Acc d_q = 0;
+      for (int i = 0; i < d; ++i) d_q += Acc(a(2, g, k, i)) * d_pre_c[i];
+      du[d + k] = d_q * q[k] * (Acc(1) - r[k]);
+      dh[k] = mu[k] * (Acc(1) - z[k]) + d_q * r[k];
+    }
+    for (int k = 0; k < d; ++k)
+      for (int i = 0; i < d; ++i) {
+        dh[k] += Acc(a(0, g, k, i)) * du[i] + Acc(a(1, g, k, i)) * du[d + i];
+        dparams[k * d + i] = h[k] * du[i];
+        dparams[dd + k * d + i] = h[k] * du[d + i];
+        dparams[2 * dd + k * d + i] = q[k] * d_pre_c[i];
+      }
+  }
+
+private:
+  // The update and reset gates z, r of head g and q = h r, the reset-scaled state that feeds A_c.
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void gates(int g, const Acc* h, const Acc* u, Acc* z, Acc* r, Acc* q) const {
+    const int d = int(a.extent(2));
+    for (int j = 0; j < d; ++j) {
+      Acc pre_z = u[j], pre_r = u[d + j];
+      for (int i = 0; i < d; ++i) {
+        pre_z += h[i] * Acc(a(0, g, i, j));
+        pre_r += h[i] * Acc(a(1, g, i, j));
+      }
+      z[j] = detail::logistic(pre_z);
+      r[j] = detail::logistic(pre_r);
+      q[j] = h[j] * r[j];
+    }
   }
 };
 
@@ -334,9 +459,13 @@ namespace detail {
 template <class T, class MemorySpace>
 inline constexpr bool is_builtin_cell_v<ParaGRU<T, MemorySpace>> = true;
 template <class T, class MemorySpace>
+inline constexpr bool is_builtin_cell_v<ParaGRUHeads<T, MemorySpace>> = true;
+template <class T, class MemorySpace>
 inline constexpr bool is_builtin_cell_v<ParaLSTM<T, MemorySpace>> = true;
 template <class T, class MemorySpace>
 inline constexpr bool is_compiled_cell_v<ParaGRU<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
+template <class T, class MemorySpace>
+inline constexpr bool is_compiled_cell_v<ParaGRUHeads<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
 template <class T, class MemorySpace>
 inline constexpr bool is_compiled_cell_v<ParaLSTM<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
 } // namespace detail

@@ -239,6 +239,9 @@ void check_local_newton(const char* fn, const Place& place, const Cell& cell, co
   if (place.rank == 0) paraseq::detail::check_newton_views<ExecSpace>(fn, cell, u, h, h0);
   else paraseq::detail::check_newton_views<ExecSpace>(fn, cell, u, h, ZeroInitialState{});
   paraseq::detail::check_newton_config(config, fn);
+  static_assert(!paraseq::detail::declares_group_size<Cell>,
+                "paraseq::mpi::newton_solve / newton_backward: a dense cell in several groups (one that declares "
+                "group_size(), e.g. ParaGRUHeads) is not supported over ranks, whose dense scan is one N x N map");
   if (config.mode != NewtonMode::automatic && config.mode != NewtonMode::newton)
     throw_invalid(fn, "config.mode", "the value " + as_mode(int(config.mode)),
                   "NewtonMode::automatic or NewtonMode::newton (over ranks, every iteration is one distributed scan)");

@@ -120,9 +120,8 @@ constexpr bool compiles_newton_scans(CompiledNewtonModes set) {
 // The scan shape of a solve: B, T and the cell's groups.
 template <class Cell, class UView>
 ScanShape newton_shape(const Cell& cell, const UView& u) {
-  using structure = typename Cell::structure;
-  const int N = cell.state_size();
-  return ScanShape{int(u.extent(0)), int(u.extent(1)), group_count<structure>(N), group_size<structure>(N)};
+  const int N = cell.state_size(), d = cell_group_size(cell);
+  return ScanShape{int(u.extent(0)), int(u.extent(1)), N == 0 ? 0 : N / d, d};
 }
 
 inline std::string compiled_modes_text(CompiledNewtonModes set) {
@@ -176,7 +175,12 @@ void check_newton_views(const char* fn, const Cell& cell, const UView& u, const 
   require_extents(fn, "u", u, {B, T, cell.input_size()}, "[B, T, cell.input_size()]");
   require_extents(fn, "h", h, {B, T, N}, "[B, T, cell.state_size()] with B, T from u");
   using structure = typename Cell::structure;
-  if constexpr (is_dense_v<structure>) {
+  if constexpr (declares_group_size<Cell>) {
+    const long d = cell_group_size(cell);
+    if (d < 1 || d > structure::max_group_size || N % d != 0)
+      throw_invalid(fn, "cell", "state size " + std::to_string(N) + " in groups of " + std::to_string(d),
+                    "groups of 1 to " + std::to_string(structure::max_group_size) + " channels that divide the state");
+  } else if constexpr (is_dense_v<structure>) {
     if (N > structure::max_group_size || N < 1)
       throw_invalid(fn, "cell", "state size " + std::to_string(N),
                     "1 <= N <= " + std::to_string(structure::max_group_size) + " for the cell's dense Jacobian");

@@ -1,4 +1,4 @@
-// The autograd kernels of the differentiable paraseq operators (linear_scan, para_gru, para_lstm,
+// The autograd kernels of the differentiable paraseq operators (linear_scan, para_gru, para_gru_head, para_lstm,
 // odeint), registered in C++ for the Autograd dispatch key. Each forward runs the operator below
 // autograd (its CPU or CUDA kernel, or under torch.compile its fake kernel) and each backward calls
 // the operators, so torch.compile still sees one opaque node per solve. linear_scan's backward is
@@ -164,11 +164,28 @@ at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const 
   return run_with_autograd<LinearScanFunction>(linear_scan_op(), A, b, h0, structure, reverse);
 }
 
-// ---- ParaGRU / ParaLSTM Newton solves ------------------------------------------------------------
+// ---- ParaGRU (diagonal and head-block) / ParaLSTM Newton solves ------------------------------------------------------------
 // The packed solver config and with_residual are passed through; the residual and stats outputs
 // are diagnostics (max |F| per batch element; iterations and mode), not differentiable.
 
 const auto& para_gru_backward_op() { return operator_handle<para_gru_backward>("paraseq::para_gru_backward"); }
+const auto& para_gru_head_op() { return operator_handle<para_gru_head>("paraseq::para_gru_head"); }
+const auto& para_gru_head_backward_op() {
+  return operator_handle<para_gru_head_backward>("paraseq::para_gru_head_backward");
+}
+
+// The two GRU operator pairs (diagonal, head-block) share their schemas, so their Functions differ
+// only in the operators they call.
+struct DiagonalGru {
+  static constexpr const char* name = "para_gru";
+  static const auto& forward_op() { return para_gru_op(); }
+  static const auto& backward_op() { return para_gru_backward_op(); }
+};
+struct HeadGru {
+  static constexpr const char* name = "para_gru_head";
+  static const auto& forward_op() { return para_gru_head_op(); }
+  static const auto& backward_op() { return para_gru_head_backward_op(); }
+};
 const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>("paraseq::para_lstm_backward"); }
 
 // The adjoint solve has no derivative of its own (its backward would need the cells' second
@@ -180,18 +197,20 @@ const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>
                               "Hessian or a gradient penalty");
 }
 
-struct ParaGruBackwardFunction : torch::autograd::Function<ParaGruBackwardFunction> {
+template <class Gru>
+struct ParaGruBackwardFunction : torch::autograd::Function<ParaGruBackwardFunction<Gru>> {
   static variable_list forward(AutogradContext*, const at::Tensor& u, const at::Tensor& a,
                                const std::optional<at::Tensor>& h0, const at::Tensor& h, const at::Tensor& grad_h) {
-    return as_list(call_below_autograd(para_gru_backward_op(), u, a, h0, h, grad_h));
+    return as_list(call_below_autograd(Gru::backward_op(), u, a, h0, h, grad_h));
   }
-  static variable_list backward(AutogradContext*, variable_list) { refuse_second_derivative("para_gru"); }
+  static variable_list backward(AutogradContext*, variable_list) { refuse_second_derivative(Gru::name); }
 };
 
+template <class Gru>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward_autograd(const at::Tensor& u, const at::Tensor& a,
                                                                           const std::optional<at::Tensor>& h0,
                                                                           const at::Tensor& h, const at::Tensor& grad_h) {
-  return run_with_autograd<ParaGruBackwardFunction>(para_gru_backward_op(), u, a, h0, h, grad_h);
+  return run_with_autograd<ParaGruBackwardFunction<Gru>>(Gru::backward_op(), u, a, h0, h, grad_h);
 }
 
 struct ParaLstmBackwardFunction : torch::autograd::Function<ParaLstmBackwardFunction> {
@@ -210,10 +229,11 @@ para_lstm_backward_autograd(const at::Tensor& u, const at::Tensor& a, const at::
   return run_with_autograd<ParaLstmBackwardFunction>(para_lstm_backward_op(), u, a, p, state0, state, grad_state);
 }
 
-struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
+template <class Gru>
+struct ParaGruFunction : torch::autograd::Function<ParaGruFunction<Gru>> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& a,
                                const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config, bool with_residual) {
-    const auto [h, residual, stats] = call_below_autograd(para_gru_op(), u, a, h0, config, with_residual);
+    const auto [h, residual, stats] = call_below_autograd(Gru::forward_op(), u, a, h0, config, with_residual);
     ctx->saved_data["has_h0"] = h0.has_value();
     ctx->save_for_backward({u, a, h0.value_or(at::Tensor()), h});
     ctx->mark_non_differentiable({residual, stats});
@@ -223,15 +243,16 @@ struct ParaGruFunction : torch::autograd::Function<ParaGruFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const bool has_h0 = ctx->saved_data["has_h0"].toBool();
-    auto [du, da, dh0] = para_gru_backward_op().call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
+    auto [du, da, dh0] = Gru::backward_op().call(saved[0], saved[1], optional_if(has_h0, saved[2]), saved[3], grads[0].contiguous());
     return {du, da, has_h0 ? dh0 : at::Tensor(), {}, {}};
   }
 };
 
+template <class Gru>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_autograd(const at::Tensor& u, const at::Tensor& a,
                                                                  const std::optional<at::Tensor>& h0,
                                                                  c10::ArrayRef<double> config, bool with_residual) {
-  return run_with_autograd<ParaGruFunction>(para_gru_op(), u, a, h0, config, with_residual);
+  return run_with_autograd<ParaGruFunction<Gru>>(Gru::forward_op(), u, a, h0, config, with_residual);
 }
 
 struct ParaLstmFunction : torch::autograd::Function<ParaLstmFunction> {
@@ -340,8 +361,10 @@ at::Tensor odeint_autograd(const std::string& field, const at::Tensor& y0, const
 TORCH_LIBRARY_IMPL(paraseq, Autograd, m) {
   using namespace paraseq::torch_bridge;
   m.impl("linear_scan", &linear_scan_autograd);
-  m.impl("para_gru", &para_gru_autograd);
-  m.impl("para_gru_backward", &para_gru_backward_autograd);
+  m.impl("para_gru", &para_gru_autograd<DiagonalGru>);
+  m.impl("para_gru_backward", &para_gru_backward_autograd<DiagonalGru>);
+  m.impl("para_gru_head", &para_gru_autograd<HeadGru>);
+  m.impl("para_gru_head_backward", &para_gru_backward_autograd<HeadGru>);
   m.impl("para_lstm", &para_lstm_autograd);
   m.impl("para_lstm_backward", &para_lstm_backward_autograd);
   m.impl("odeint", &odeint_autograd);

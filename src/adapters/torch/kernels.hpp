@@ -24,6 +24,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru(const at::Tensor& u, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tensor& u, const at::Tensor& a,
                                                                  const std::optional<at::Tensor>& h0, const at::Tensor& h,
                                                                  const at::Tensor& grad_h);
+// The head-block ParaGRU: a [3, n_heads, d_head, d_head], otherwise as para_gru.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_head(const at::Tensor& u, const at::Tensor& a,
+                                                             const std::optional<at::Tensor>& h0,
+                                                             c10::ArrayRef<double> config, bool with_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_head_backward(const at::Tensor& u, const at::Tensor& a,
+                                                                      const std::optional<at::Tensor>& h0,
+                                                                      const at::Tensor& h, const at::Tensor& grad_h);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p,
                                                          const std::optional<at::Tensor>& state0,
                                                          c10::ArrayRef<double> config, bool with_residual);

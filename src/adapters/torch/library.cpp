@@ -22,6 +22,12 @@ TORCH_LIBRARY(paraseq, m) {
         "-> (Tensor h, Tensor residual, Tensor stats)");
   m.def("para_gru_backward(Tensor u, Tensor a, Tensor? h0, Tensor h, Tensor grad_h) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_h0)");
+  // ParaGRU with head-block recurrence (ParaGRUHeads): a [3, n_heads, d_head, d_head] (A_z, A_r, A_c,
+  // rows the input channel), 2 <= d_head <= 32, H = n_heads x d_head; otherwise as para_gru.
+  m.def("para_gru_head(Tensor u, Tensor a, Tensor? h0, float[] config, bool with_residual) "
+        "-> (Tensor h, Tensor residual, Tensor stats)");
+  m.def("para_gru_head_backward(Tensor u, Tensor a, Tensor? h0, Tensor h, Tensor grad_h) "
+        "-> (Tensor grad_u, Tensor grad_a, Tensor grad_h0)");
   m.def("para_lstm(Tensor u, Tensor a, Tensor p, Tensor? state0, float[] config, bool with_residual) "
         "-> (Tensor state, Tensor residual, Tensor stats)");
   m.def("para_lstm_backward(Tensor u, Tensor a, Tensor p, Tensor? state0, Tensor state, Tensor grad_state) "
@@ -49,6 +55,8 @@ void register_kernels(torch::Library& m) {
   m.impl("linear_scan", &linear_scan);
   m.impl("para_gru", &para_gru);
   m.impl("para_gru_backward", &para_gru_backward);
+  m.impl("para_gru_head", &para_gru_head);
+  m.impl("para_gru_head_backward", &para_gru_head_backward);
   m.impl("para_lstm", &para_lstm);
   m.impl("para_lstm_backward", &para_lstm_backward);
   m.impl("odeint", &odeint);

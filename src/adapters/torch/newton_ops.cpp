@@ -1,4 +1,4 @@
-// paraseq::para_gru, para_lstm and their backward: argument checks and outputs (newton_ops.hpp).
+// paraseq::para_gru, para_gru_head, para_lstm and their backward: argument checks and outputs (newton_ops.hpp).
 #include "kernels.hpp"
 #include "newton_ops.hpp"
 
@@ -127,6 +127,23 @@ CellShapes checked_cell(const char* op, const at::Tensor& u, const std::vector<c
   return shapes;
 }
 
+// Checks u and a [3, n_heads, d_head, d_head] of a head-block ParaGRU operator; its state is [B, T, H],
+// H = n_heads x d_head.
+CellShapes checked_head_cell(const char* op, const at::Tensor& u, const at::Tensor& a) {
+  check_tensor(op, "u", u, 3, u);
+  check_tensor(op, "a", a, 4, u);
+  constexpr int64_t max_head = ParaGRUHeads<float>::max_head_size;
+  TORCH_CHECK_VALUE(a.size(0) == 3 && a.size(1) >= 1 && a.size(2) == a.size(3) && a.size(2) >= 2 && a.size(2) <= max_head,
+                    op, ": argument 'a' has shape ", a.sizes(),
+                    ", expected [3, n_heads, d_head, d_head] (A_z, A_r, A_c per head) with n_heads >= 1 and 2 <= d_head <= ",
+                    max_head);
+  const CellShapes shapes{op, u, a.size(1) * a.size(2), a.size(1) * a.size(2), "H"};
+  TORCH_CHECK_VALUE(u.size(2) == 3 * shapes.hidden_size, op, ": argument 'u' has shape ", u.sizes(),
+                    ", expected [B, T, 3H] = [B, T, ", 3 * shapes.hidden_size, "] (H = n_heads x d_head = ",
+                    shapes.hidden_size, " from argument 'a')");
+  return shapes;
+}
+
 // The recurrent parameters, prepared (contiguous, compute type).
 std::vector<at::Tensor> prepared_params(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> result;
@@ -148,7 +165,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> solve(const char* op, const at::T
   return {tensors.h.to(u.scalar_type()), tensors.residual, tensors.stats};
 }
 
-// Returns (du, dparams as [rows, H] each, dh0); h and grad_h are checked by the caller.
+// Returns (du, dparams in each parameter's shape, dh0); h and grad_h are checked by the caller.
 template <class MakeCell>
 std::vector<at::Tensor> gradients(const char* op, const at::Tensor& u, const std::vector<at::Tensor>& params,
                                   const std::optional<at::Tensor>& h0, const at::Tensor& h, const at::Tensor& grad_h) {
@@ -174,6 +191,8 @@ std::vector<at::Tensor> gradients(const char* op, const at::Tensor& u, const std
 }
 
 constexpr const char* gru_op = "paraseq::para_gru";
+constexpr const char* gru_head_op = "paraseq::para_gru_head";
+constexpr const char* gru_head_backward_op = "paraseq::para_gru_head_backward";
 constexpr const char* lstm_op = "paraseq::para_lstm";
 constexpr const char* gru_backward_op = "paraseq::para_gru_backward";
 constexpr const char* lstm_backward_op = "paraseq::para_lstm_backward";
@@ -199,6 +218,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_backward(const at::Tenso
   shapes.check_states("grad_h", grad_h);
   const auto params = prepared_params({a});
   const auto grads = gradients<MakeGru>(gru_backward_op, u, params, h0, h, grad_h);
+  return {grads[0], grads[1], grads[2]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_head(const at::Tensor& u, const at::Tensor& a,
+                                                             const std::optional<at::Tensor>& h0,
+                                                             c10::ArrayRef<double> config, bool with_residual) {
+  const CellShapes shapes = checked_head_cell(gru_head_op, u, a);
+  if (h0) shapes.check_initial("h0", *h0);
+  const NewtonConfig solver_config = newton_config_from_list(gru_head_op, config);
+  const auto params = prepared_params({a});
+  return solve<MakeGruHeads>(gru_head_op, u, params, h0, shapes.state_size, solver_config, with_residual);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru_head_backward(const at::Tensor& u, const at::Tensor& a,
+                                                                      const std::optional<at::Tensor>& h0,
+                                                                      const at::Tensor& h, const at::Tensor& grad_h) {
+  const CellShapes shapes = checked_head_cell(gru_head_backward_op, u, a);
+  if (h0) shapes.check_initial("h0", *h0);
+  shapes.check_states("h", h);
+  shapes.check_states("grad_h", grad_h);
+  const auto params = prepared_params({a});
+  const auto grads = gradients<MakeGruHeads>(gru_head_backward_op, u, params, h0, h, grad_h);
   return {grads[0], grads[1], grads[2]};
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// paraseq::para_gru, para_lstm and their backward (newton_ops.cpp): newton_solve and newton_backward
+// paraseq::para_gru, para_gru_head, para_lstm and their backward (newton_ops.cpp): newton_solve and newton_backward
 // (solvers/newton.hpp, solvers/newton_backward.hpp) with the cells of solvers/cells.hpp. The
 // operators check and prepare their tensors; the solves, for one cell and float type on every
 // space, are `newton_forward` and `newton_gradients` of newton_solve.hpp, instantiated in a
@@ -43,11 +43,17 @@ inline int64_t scan_backend_index(NewtonMode mode) {
   return index;
 }
 
-// The cells over the prepared parameter tensors: ParaGRU (a) or ParaLSTM (a, p).
+// The cells over the prepared parameter tensors: ParaGRU (a), ParaGRUHeads (a) or ParaLSTM (a, p).
 struct MakeGru {
   template <class T, class Space>
   auto operator()(const std::vector<at::Tensor>& params) const {
     return ParaGRU<T, typename Space::memory_space>{as_view<const T, 2, Space>(params[0])};
+  }
+};
+struct MakeGruHeads {
+  template <class T, class Space>
+  auto operator()(const std::vector<at::Tensor>& params) const {
+    return ParaGRUHeads<T, typename Space::memory_space>{as_view<const T, 4, Space>(params[0])};
   }
 };
 struct MakeLstm {

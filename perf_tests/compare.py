@@ -7,7 +7,8 @@ kernels) and torchode, next to paraseq's operators on the same workloads and the
 the same run; and (section "user") a GRU cell and an oscillator written as functions of one's own, through paraseq's
 compiled and general paths, against the built-in ParaGRU and DampedOscillator and against pararnn-torch's
 newton_apply (its autograd Jacobian) and torchdiffeq on the same functions; and (section "sweep") the ParaGRU
-forward against T and against B x H and the one-channel scan against T, for the plots of docs/performance.md. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
+forward against T and against B x H and the one-channel scan against T, for the plots of docs/performance.md; and
+(section "head") ParaGRU(mix="head") against pararnn-torch's with the same weights. Times are medians of CUDA-event (or wall-clock on CPU) timed calls after a first call, whose output is
 the one checked against paraseq's; a call that takes more than a second is timed once. Writes one JSON report and
 prints a table.
 
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 
@@ -363,6 +365,66 @@ def compare_scan(time_ms, device, shapes, reps, peers):
     return results
 
 
+# --- ParaGRU with head-block recurrence (mix="head"): dense d_head x d_head blocks per head.
+
+def compare_head(time_ms, device, shapes, reps, peers):
+    """The whole module (input projection and recurrence), K = 3, each library's automatic backend: paraseq's
+    ParaGRU(mix="head") against pararnn-torch's ParaGRU(mix="head") with the same weights (orthogonal heads of gain
+    0.25, pararnn's initialisation), forward and forward + backward (gradients of x and every parameter)."""
+    results = []
+    for B, T, H, heads in shapes:
+        torch.manual_seed(3)
+        d_head = H // heads
+        x = torch.randn(B, T, H, device=device)
+        weight = torch.randn(B, T, H, device=device)
+        shape = {"B": B, "T": T, "H": H, "n_heads": heads}
+        forward, backward = {"workload": "gru_head_forward", **shape}, {"workload": "gru_head_forward_backward", **shape}
+        module = paraseq.ParaGRU(H, H, config=paraseq.compile_safe_config(3), mix="head", n_heads=heads).to(device)
+        with torch.no_grad():
+            for gate in range(3):
+                for head in range(heads):
+                    torch.nn.init.orthogonal_(module.recurrent[gate, head], gain=0.25)
+            reference = module(x)
+            results.append(measure(time_ms, {**forward, "implementation": "paraseq ParaGRU(mix='head')"},
+                                   lambda: module(x), reps))
+        x_leaf = x.clone().requires_grad_()
+        leaves = (x_leaf, module.in_proj.weight, module.in_proj.bias, module.recurrent)
+        paraseq_gradients = lambda: torch.autograd.grad((module(x_leaf) * weight).sum(), leaves)  # noqa: E731
+        reference_gradients = paraseq_gradients()
+        results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU(mix='head')"},
+                               paraseq_gradients, reps))
+        results.append({**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * B * T * H})
+        name = "pararnn-torch ParaGRU(mix='head') newton_apply"
+        pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
+        if pararnn is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # its note that mix="head" takes its factorised CUDA path
+                cell = pararnn.ParaGRU(H, H, mix="head", n_heads=heads, device=device)
+            with torch.no_grad():
+                cell.W_x.weight.copy_(module.in_proj.weight)
+                cell.W_x.bias.copy_(module.in_proj.bias)
+                for gate, A in enumerate((cell.A_z, cell.A_r, cell.A_n)):
+                    A.copy_(module.recurrent[gate])
+            config = pararnn.compile_safe_config(scan_backend="auto")
+            tag = {"implementation": name, **peers.tag("pararnn-torch")}
+            parameters = (cell.W_x.weight, cell.W_x.bias, cell.A_z, cell.A_r, cell.A_n)
+
+            def pararnn_gradients():
+                dx, dW, db, *dA = torch.autograd.grad((pararnn.newton_apply(cell, x_leaf, config) * weight).sum(),
+                                                      (x_leaf, *parameters))
+                return dx, dW, db, torch.stack(dA)
+
+            def gradients_agree(gradients):  # relative to each gradient's largest entry
+                return {"max_rel_grad_diff_to_paraseq": max(max_abs_diff(g, r) / float(r.abs().max())
+                                                            for g, r in zip(gradients, reference_gradients))}
+            with torch.no_grad():
+                results.append(measure(time_ms, {**forward, **tag}, lambda: pararnn.newton_apply(cell, x, config),
+                                       reps, lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}))
+            results.append(measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree))
+        del x, weight, x_leaf, module, reference, reference_gradients
+    return results
+
+
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
 
 SWEEP_BACKENDS = ("auto", "fused", "scan")  # paraseq's Newton backends in the sweeps
@@ -679,7 +741,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode", "user", "sweep")
+SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head")
 
 
 def shapes(text):
@@ -694,6 +756,8 @@ def main():
                         help="B x T x H shapes of the recurrence comparison, comma separated")
     parser.add_argument("--scan-shapes", default="16x4096x1024,1x65536x256,1x262144x1,1x1048576x64,4x262144x128",
                         help="B x T x N shapes of the diagonal linear scan comparison, comma separated")
+    parser.add_argument("--head-shapes", default="16x4096x1024x32,4x65536x256x8,16x4096x512x64",
+                        help="B x T x H x n_heads shapes of the mix='head' ParaGRU comparison, comma separated")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
     parser.add_argument("--compiled-steps", type=int, default=32,
@@ -710,6 +774,7 @@ def main():
         gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
         user_gru_shape = (2, 64, 16)
         sweep_gru_T, sweep_gru_BH, sweep_scan_T = [64, 256], [(2, 8)], [1 << 10, 1 << 12]
+        head_shapes = [(2, 64, 16, 4)]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
@@ -717,6 +782,7 @@ def main():
         sweep_gru_T = [1 << k for k in range(12, 21, 2)]
         sweep_gru_BH = [(1, 256), (4, 256), (16, 256), (16, 1024), (64, 1024)]
         sweep_scan_T = [1 << k for k in range(16, 27, 2)]
+        head_shapes = shapes(args.head_shapes)
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -730,6 +796,8 @@ def main():
         results += compare_scan(time_ms, device, scan_shapes, reps, peers)
     if "ode" in sections:
         results += compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers)
+    if "head" in sections:
+        results += compare_head(time_ms, device, head_shapes, reps, peers)
     if "sweep" in sections:
         results += compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers)
     if "user" in sections:
@@ -740,7 +808,7 @@ def main():
             entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
     report["results"] = results
     for entry in results:
-        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "N", "steps") if key in entry)
+        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "N", "steps") if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)
         timing = f"{outcome}: {entry[outcome]}" if outcome else f"{entry['ms']:10.3f} ms"
         cold = f"  cold {entry['cold_compile_s']:.1f} s" if "cold_compile_s" in entry else ""

@@ -13,11 +13,11 @@
 # bound). OUT receives build-cost.json (perf_tests/build_cost.py over the Ninja log, with both
 # phases' wall times), ctest.log, extension-compile.json (perf_tests/extension_compile.py: the
 # compiled path's nvcc compile) and bench.json from the target benchmarks, then compare-gru.json,
-# compare-scan.json, compare-user.json and compare-sweep.json (perf_tests/compare.py: paraseq's
-# operators against PyTorch and the peer libraries importable here, e.g. from wheels on PYTHONPATH;
-# the shapes of the long-sequence targets), in that order, on an idle host; compare-ode.json
-# (torch.compile's cold compiles,
-# torchdiffeq, torchode) comes last, unless PARASEQ_COMPARE_ODE=0. BASELINE_TAR, a
+# compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
+# (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
+# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets), in that order, on
+# an idle host; compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode) comes last,
+# unless PARASEQ_COMPARE_ODE=0. BASELINE_TAR, a
 # `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
 # cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
 # the sources' commit in build-cost.json where this copy of the tree has other git metadata.
@@ -114,6 +114,7 @@ compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128
 compare scan 300
 compare user 300
 compare sweep 240
+compare head 240
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
 if [[ -n $baseline ]]; then # its build time is not measured
   (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&

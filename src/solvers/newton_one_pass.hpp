@@ -78,9 +78,10 @@ struct OnePassChain {
   }
 
   // The delta entering the window: publish the window's map, look back, publish the delta leaving.
-  // The lane's carry (read by thread 0 of the lane before the compose) passes it to the lane's threads.
+  // The last thread's map slot (read by no re-run: a thread applies the maps before its own)
+  // passes it to the lane's threads; the carry keeps h0 for window 0's later iterations.
   template <class Member, class Scratch, class MapOf>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const Scratch& shared,
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const Scratch&,
                                           const MapOf& map_of, int active, int iteration, int d, Acc* delta) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
@@ -108,12 +109,12 @@ struct OnePassChain {
       }
       map_apply<Acc, D>(d, fold, delta, deltas + values_at(iteration, window, me, D));
       Kokkos::memory_fence();
-      for (int i = 0; i < d; ++i) shared.carry[i] = delta[i];
+      for (int i = 0; i < d; ++i) map_of(active - 1)[i] = delta[i];
     }
     team.team_barrier();
     if (team.team_rank() == 0) Kokkos::atomic_store(delta_status(iteration, window), 2);
     if (me.live)
-      for (int i = 0; i < d; ++i) delta[i] = shared.carry[i];
+      for (int i = 0; i < d; ++i) delta[i] = map_of(active - 1)[i];
   }
 
   // Levels 0 .. K - 1 (the last is the window's result, needed by no other window).

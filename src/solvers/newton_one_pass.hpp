@@ -47,8 +47,8 @@ struct OnePassChain {
   int iterations, windows, batch, groups, tiles;
   int window, b, tile; // this team's
 
-  KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int b) const {
-    return (std::size_t(iteration) * windows + w) * batch + b;
+  KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int element) const {
+    return (std::size_t(iteration) * windows + w) * batch + element;
   }
   KOKKOS_INLINE_FUNCTION std::size_t values_at(int iteration, int w, const FusedThread& me, int size) const {
     return (entry(iteration, w, b) * groups + me.g) * size;
@@ -59,7 +59,6 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION int* level_status(int level, int w) const {
     return statuses + 1 + (entry(iterations, 0, 0) + entry(level, w, b)) * tiles + tile;
   }
-  
 
   // Iteration `iteration` linearises the window's first step at window w - 1's last state after
   // `iteration` updates (window 0: at h0, already in the carry).

@@ -1,4 +1,4 @@
-// ParaGRU forward and forward+backward through newton_solve in its three modes, and the input
+// ParaGRU forward and forward+backward through newton_solve in its modes, and the input
 // projection GEMM. Shapes (B, T, H): the anchors (16, 4096, 1024) and (8, 16384, 512), a long
 // sequence with a small batch (1, 65536, 256), and (1, 262144, 1), where B x H is below the
 // thread count of any machine, so the automatic rule picks Newton over the sequential loop.
@@ -74,14 +74,24 @@ void gru_forward_backward(benchmark::State& state) {
 
 void gru_shapes(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "mode"});
-  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::sequential,
-                    paraseq::NewtonMode::automatic}) {
+  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::one_pass,
+                    paraseq::NewtonMode::sequential, paraseq::NewtonMode::automatic}) {
     for (auto [B, T, H] : {std::tuple{16, 4096, 1024}, {8, 16384, 512}, {1, 65536, 256}, {1, 262144, 1}})
       bench->Args({B, T, H, long(mode)});
   }
 }
 PARASEQ_BENCHMARK(gru_forward)->Apply(gru_shapes);
 PARASEQ_BENCHMARK(gru_forward_backward)->Apply(gru_shapes);
+
+// Long sequences with few channels, where the one-pass mode is meant to beat both fused (windows
+// one after another) and newton (memory re-read every iteration): its three modes side by side.
+void long_sequence_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "mode"});
+  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::one_pass})
+    for (auto [B, T, H] : {std::tuple{1, 65536, 256}, {16, 4096, 1024}, {1, 1 << 20, 64}, {4, 1 << 18, 128}})
+      bench->Args({B, T, H, long(mode)});
+}
+PARASEQ_BENCHMARK(gru_forward)->Name("gru_forward_long")->Apply(long_sequence_shapes);
 
 // The fused forward at the anchor shape with P threads per lane (NewtonConfig::fused_team_threads),
 // so that the device rule choosing P can be checked against its neighbours in one run.

@@ -38,7 +38,7 @@ HEADERS = ("solvers/newton.hpp", "solvers/newton_backward.hpp", "adapters/torch/
 # The mode families of a CUDA build's extension, each compiled in a unit of its own so that nvcc
 # runs them side by side: (unit name part, CompiledNewtonModes of the forward or the backward).
 CUDA_FORWARD_FAMILIES = (("sequential", "sequential"), ("newton", "newton"), ("newton_quasi", "newton_quasi"),
-                         ("fused", "fused"))
+                         ("fused", "fused"), ("one_pass", "one_pass"))
 CUDA_BACKWARD_FAMILIES = (("scan", "newton | paraseq::CompiledNewtonModes::newton_quasi"),
                           ("fused", "fused | paraseq::CompiledNewtonModes::sequential"))
 
@@ -138,6 +138,7 @@ void run_forward(const paraseq::torch_bridge::NewtonTensors& tensors, const para
     const CompiledNewtonModes family = paraseq::detail::kernel_family<structure>(chosen.mode, chosen.jacobian);
     if (family == CompiledNewtonModes::sequential) forward_family<CompiledNewtonModes::sequential>(tensors, chosen, space);
     else if (family == CompiledNewtonModes::fused) forward_family<CompiledNewtonModes::fused>(tensors, chosen, space);
+    else if (family == CompiledNewtonModes::one_pass) forward_family<CompiledNewtonModes::one_pass>(tensors, chosen, space);
     else if constexpr (!std::is_same_v<structure, paraseq::Diagonal>) {{
       if (family == CompiledNewtonModes::newton_quasi) forward_family<CompiledNewtonModes::newton_quasi>(tensors, chosen, space);
       else forward_family<CompiledNewtonModes::newton>(tensors, chosen, space);

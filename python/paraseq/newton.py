@@ -18,7 +18,7 @@ from ._ops import ops
 
 # The solve's modes: the names of the C++ NewtonMode ("auto" for NewtonMode::automatic, a C++
 # keyword), and the former Python name "scan" of "newton", still accepted.
-SCAN_BACKENDS = ("auto", "newton", "fused", "sequential")
+SCAN_BACKENDS = ("auto", "newton", "fused", "sequential", "one_pass")
 SCAN_BACKEND_ALIASES = {"scan": "newton", "automatic": "auto"}
 # The Jacobians of the linear solves: the names of the C++ NewtonJacobian.
 JACOBIANS = ("exact", "quasi")
@@ -67,10 +67,12 @@ class NewtonConfig:
         Picard sweeps (h <- f(h_prev, x) for all t at once) before Newton's iterations.
     picard_adapt : bool
         On a failed residual check, retry with more Picard sweeps (eager mode).
-    scan_backend : {"auto", "newton", "fused", "sequential"}
+    scan_backend : {"auto", "newton", "fused", "sequential", "one_pass"}
         "auto" takes the measured rule of docs/solvers.md; "newton" one ordered scan per iteration
         ("scan", its former name, is still accepted); "fused" one kernel with windows on chip;
-        "sequential" the loop over t.
+        "sequential" the loop over t; "one_pass" the newton mode's iterations in one kernel, all
+        windows at once (exact Jacobian, no Picard sweeps, no residual_atol; "auto" does not pick
+        it yet).
     jacobian : {"exact", "quasi"}
         The Jacobian of each Newton iteration's linear solve (the C++ NewtonJacobian). "exact": the
         cell's structured Jacobian (quadratic convergence). "quasi": only its diagonal (quasi-DEER):
@@ -85,7 +87,8 @@ class NewtonConfig:
     ------
     TypeError, ValueError
         A value of the wrong type or out of range, naming the argument; jacobian="quasi" with
-        scan_backend="fused".
+        scan_backend="fused" or "one_pass"; scan_backend="one_pass" with picard_iters, picard_adapt
+        or residual_atol.
 
     Notes
     -----
@@ -123,10 +126,13 @@ class NewtonConfig:
         if self.jacobian not in JACOBIANS:
             raise ValueError(f"NewtonConfig: argument 'jacobian' is {self.jacobian!r}, expected one of "
                              f"{', '.join(map(repr, JACOBIANS))}")
-        if self.jacobian == "quasi" and backend == "fused":
-            raise ValueError("NewtonConfig: argument 'jacobian' is 'quasi' with scan_backend 'fused', expected "
-                             "jacobian 'exact' for the fused mode (its kernel runs the exact Jacobian only) or "
+        if self.jacobian == "quasi" and backend in ("fused", "one_pass"):
+            raise ValueError(f"NewtonConfig: argument 'jacobian' is 'quasi' with scan_backend {backend!r}, expected "
+                             f"jacobian 'exact' for the {backend} mode (its kernel runs the exact Jacobian only) or "
                              "scan_backend 'auto', 'newton' or 'sequential' for 'quasi'")
+        if backend == "one_pass" and (self.picard_iters or self.picard_adapt or self.residual_atol is not None):
+            raise ValueError("NewtonConfig: argument 'scan_backend' is 'one_pass' with picard_iters, picard_adapt or "
+                             "residual_atol set, expected none of them (the one-pass mode runs max_iters iterations)")
 
     def _operator_config(self, eager: bool) -> list[float]:
         """The config as the Newton operators' ``float[] config`` argument, layout version 2
@@ -159,7 +165,7 @@ def compile_safe_config(max_iters: int = 3, *, scan_backend: str = "auto") -> Ne
     ----------
     max_iters : int
         Newton iterations K (>= 0).
-    scan_backend : {"auto", "newton", "fused", "sequential"}
+    scan_backend : {"auto", "newton", "fused", "sequential", "one_pass"}
         As NewtonConfig's.
 
     Returns
@@ -212,10 +218,10 @@ class NewtonStats(NamedTuple):
         in the fused mode the most that any window ran (each window stops on its own); 0 in the
         sequential mode. While ``torch.compiler.is_compiling()``: a 0-d int64 tensor of the graph.
     backend : str or torch.Tensor
-        The mode that ran, by NewtonConfig.scan_backend's names: "newton", "fused" or
-        "sequential" ("auto" resolved; a cell of your own on the general path runs "newton").
+        The mode that ran, by NewtonConfig.scan_backend's names: "newton", "fused", "sequential"
+        or "one_pass" ("auto" resolved; a cell of your own on the general path runs "newton").
         While compiling: a 0-d int64 tensor, the mode's index in ("auto", "newton", "fused",
-        "sequential"), so that a graph with ``fullgraph=True`` has no break.
+        "sequential", "one_pass"), so that a graph with ``fullgraph=True`` has no break.
 
     Notes
     -----

@@ -37,7 +37,7 @@ def lstm_loop(cell, x):
     return torch.stack(hs, 1), torch.stack(cs, 1)
 
 
-BACKENDS = ["auto", "fused", "newton", "sequential"]
+BACKENDS = ["auto", "fused", "newton", "sequential", "one_pass"]
 
 
 def op_config(**settings):
@@ -334,7 +334,7 @@ CELLS = {"ParaGRU": lambda: ParaGRU(4, 6), "ParaLSTM": lambda: ParaLSTM(4, 6)}
 
 
 @pytest.mark.parametrize("cell_name", CELLS)
-@pytest.mark.parametrize("backend", ["fused", "newton", "sequential"])
+@pytest.mark.parametrize("backend", ["fused", "newton", "sequential", "one_pass"])
 def test_stats_report_the_iterations_and_the_mode_that_ran(device, cell_name, backend):
     cell = CELLS[cell_name]().to(device, torch.float64)
     x = small_inputs(cell)
@@ -520,6 +520,16 @@ def test_other_settings_are_checked():
             NewtonConfig(**kwargs)
 
 
+def test_one_pass_refuses_what_its_kernel_does_not_run():
+    for settings in ({"picard_iters": 1}, {"picard_adapt": True}, {"residual_atol": 1e-8}):
+        with pytest.raises(ValueError, match=r"NewtonConfig: argument 'scan_backend' is 'one_pass' with picard_iters, "
+                                             r"picard_adapt or residual_atol set, expected none of them"):
+            NewtonConfig(scan_backend="one_pass", **settings)
+    with pytest.raises(ValueError, match=r"argument 'jacobian' is 'quasi' with scan_backend 'one_pass', expected "
+                                         r"jacobian 'exact' for the one_pass mode"):
+        NewtonConfig(jacobian="quasi", scan_backend="one_pass")
+
+
 def test_the_config_reaches_the_operators_as_one_list_in_the_documented_layout():
     """Layout version 2 of src/adapters/torch/newton_ops.hpp, written out here: [version, max_iters,
     omega, residual_atol, residual_fail, picard_iters, picard_adapt, scan_backend, jacobian], None
@@ -542,7 +552,7 @@ def test_the_config_reaches_the_operators_as_one_list_in_the_documented_layout()
     ([2, 3, 1.0, -0.5, -1, 0, 0, 0, 0], r"entry 3 \(residual_atol\) = -0.5, expected -1 \(None\) or a number >= 0"),
     ([2, 3, 1.0, -1, float("nan"), 0, 0, 0, 0], r"entry 4 \(residual_fail\) = nan, expected -1 \(None\)"),
     ([2, 3, 1.0, -1, -1, 0, 2, 0, 0], r"entry 6 \(picard_adapt\) = 2, expected 0 \(False\) or 1 \(True\)"),
-    ([2, 3, 1.0, -1, -1, 0, 0, 4, 0], r'entry 7 \(scan_backend\) = 4, expected 0 \("auto"\), 1 \("newton"\)'),
+    ([2, 3, 1.0, -1, -1, 0, 0, 5, 0], r'entry 7 \(scan_backend\) = 5, expected 0 \("auto"\), 1 \("newton"\)'),
     ([2, 3, 1.0, -1, -1, 0, 0, 0, 0.5], r'entry 8 \(jacobian\) = 0.5, expected 0 \("exact"\) or 1 \("quasi"\)'),
 ])
 def test_a_malformed_packed_config_is_refused_naming_the_field(device, config, message):

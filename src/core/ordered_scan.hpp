@@ -304,6 +304,40 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
 
 namespace detail {
 
+// The decoupled look-back of the one-pass kernels (OrderedScan's ChainedTag, the one-pass Newton
+// mode of newton_one_pass.hpp): entries 0, 1, ... (chunks, segments or windows) publish a status,
+// 0 nothing yet, 1 their map, 2 the state leaving them. Returns the nearest entry at or before
+// `newest` with status 2, or -1 if there is none. The team polls `width` entries at a time, a
+// thread each (volatile reads, so that a GPU polls L2 rather than a stale L1 line), until each has
+// published at least its map; called by the whole team. status_at(k) is entry k's status.
+template <class Member, class StatusAt>
+KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const StatusAt& status_at) {
+  const int width = Kokkos::min(team.team_size(), 32);
+  int known = -1;
+  for (; known < 0 && newest >= 0; newest -= width) {
+    int found = -1;
+    const int polled = newest - team.team_rank();
+    if (team.team_rank() < width && polled >= 0) {
+      const volatile int* status = status_at(polled);
+      int seen;
+      while ((seen = *status) == 0) {
+      }
+      if (seen == 2) found = polled;
+    }
+    team.team_reduce(Kokkos::Max<int>(found));
+    known = found;
+  }
+  Kokkos::memory_fence(); // what the statuses announce is read after them
+  return known;
+}
+
+// Values another team published (volatile: read from memory, not from a stale cache line).
+template <class Acc>
+KOKKOS_FUNCTION void read_published_values(const Acc* from, int count, Acc* to) {
+  const volatile Acc* source = from;
+  for (int i = 0; i < count; ++i) to[i] = source[i];
+}
+
 // The kernels of an OrderedScan, by work tag.
 struct SummarizeTag {}; // two passes: compose each chunk into its map
 struct CarryTag {};     // two passes: apply the chunk maps in order
@@ -744,29 +778,12 @@ private:
       }
   }
 
-  // The nearest segment before `segment` that has published the state leaving it. The team polls
-  // `width` earlier segments at a time, a thread each (volatile reads, so that a GPU polls L2 rather
-  // than a stale L1 line), until each has published at least its map; segment 0 publishes its state
-  // and nothing before, so the search ends there at the latest.
+  // The nearest segment before `segment` that has published the state leaving it (look_back_to_state);
+  // segment 0 publishes its state and nothing before, so the search ends there at the latest.
   template <class Member>
   KOKKOS_FUNCTION int published_segment_before(const Member& team, int batch, int tile, int segment) const {
-    const int width = Kokkos::min(team.team_size(), 32);
-    int known = -1;
-    for (int newest = segment - 1; known < 0; newest -= width) {
-      int found = -1;
-      const int polled = newest - team.team_rank();
-      if (team.team_rank() < width && polled >= 0) {
-        const volatile int* status = &status_(segment_status_index(batch, tile, polled));
-        int seen;
-        while ((seen = *status) == 0) {
-        }
-        if (seen == 2) found = polled;
-      }
-      team.team_reduce(Kokkos::Max<int>(found));
-      known = found;
-    }
-    Kokkos::memory_fence(); // what the statuses announce is read after them
-    return known;
+    return look_back_to_state(team, segment - 1,
+                              [&](int polled) { return &status_(segment_status_index(batch, tile, polled)); });
   }
 
   // Loads the maps of steps [first, first + count), 1 <= count <= Batch, for the thread's row. Slots
@@ -936,8 +953,7 @@ private:
   // Values another team published: volatile, so that a GPU reads them from L2 and not from a stale
   // L1 line.
   KOKKOS_FUNCTION static void read_published(const Acc* from, int count, Acc* to) {
-    const volatile Acc* source = from;
-    for (int i = 0; i < count; ++i) to[i] = source[i];
+    read_published_values(from, count, to);
   }
 
   std::size_t apply_scratch_bytes() const {

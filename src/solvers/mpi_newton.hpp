@@ -118,7 +118,8 @@ inline std::string as_guess(long long guess) {
 }
 inline std::string as_jacobian(long long jacobian) { return jacobian ? "NewtonJacobian::quasi" : "NewtonJacobian::exact"; }
 inline std::string as_mode(long long mode) {
-  constexpr const char* names[] = {"NewtonMode::automatic", "NewtonMode::newton", "NewtonMode::fused", "NewtonMode::sequential"};
+  constexpr const char* names[] = {"NewtonMode::automatic", "NewtonMode::newton", "NewtonMode::fused", "NewtonMode::sequential",
+                                   "NewtonMode::one_pass"};
   return names[mode];
 }
 

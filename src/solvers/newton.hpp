@@ -35,6 +35,12 @@
 //               With residual_atol a window stops once its own max |F| <= atol (early exit: one
 //               team reduction per iteration, newton_fused.hpp); stats.iterations is then the most
 //               iterations any window ran.
+//   one_pass    the newton mode's mathematics in one kernel (newton_one_pass.hpp): a team per window
+//               of W steps (the fused plan's), batch element and tile, all windows at once; each
+//               reads its u once, keeps the iterate on chip for all K iterations and writes h once;
+//               the delta entering a window in each iteration comes from a decoupled look-back
+//               through the windows' published maps. Exact Jacobian, no Picard, no residual_atol.
+//               The automatic rule does not pick it yet: that needs GPU measurements.
 //   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
 //               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
 //               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian,
@@ -55,6 +61,7 @@
 #include <paraseq/solvers/newton_config.hpp>
 #include <paraseq/solvers/newton_fused.hpp>
 #include <paraseq/solvers/newton_kernels.hpp>
+#include <paraseq/solvers/newton_one_pass.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Profiling_ScopedRegion.hpp>
@@ -108,13 +115,16 @@ template <class Structure>
 constexpr CompiledNewtonModes kernel_family(NewtonMode mode, NewtonJacobian jacobian) {
   if (mode == NewtonMode::sequential) return CompiledNewtonModes::sequential;
   if (mode == NewtonMode::fused) return CompiledNewtonModes::fused;
+  if (mode == NewtonMode::one_pass) return CompiledNewtonModes::one_pass;
   return jacobian == NewtonJacobian::quasi && !std::is_same_v<Structure, Diagonal> ? CompiledNewtonModes::newton_quasi
                                                                                    : CompiledNewtonModes::newton;
 }
 
-// Whether Modes compiles the newton mode's scans for either Jacobian (the adjoint's reverse scan).
+// Whether Modes compiles the newton mode's scans for either Jacobian or the one-pass mode (the
+// adjoint's reverse scan).
 constexpr bool compiles_newton_scans(CompiledNewtonModes set) {
-  return compiles(set, CompiledNewtonModes::newton) || compiles(set, CompiledNewtonModes::newton_quasi);
+  return compiles(set, CompiledNewtonModes::newton) || compiles(set, CompiledNewtonModes::newton_quasi) ||
+         compiles(set, CompiledNewtonModes::one_pass);
 }
 
 // The scan shape of a solve: B, T and the cell's groups.
@@ -133,6 +143,7 @@ inline std::string compiled_modes_text(CompiledNewtonModes set) {
   add(CompiledNewtonModes::newton, "newton");
   add(CompiledNewtonModes::newton_quasi, "newton_quasi");
   add(CompiledNewtonModes::fused, "fused");
+  add(CompiledNewtonModes::one_pass, "one_pass");
   return text;
 }
 
@@ -151,7 +162,7 @@ NewtonMode choose_compiled_newton_mode(const char* fn, const ExecSpace& space, c
     if (compiled(NewtonMode::fused) && is_fusable(config)) return NewtonMode::fused;
     if (compiled(NewtonMode::sequential)) return NewtonMode::sequential;
   }
-  constexpr const char* mode_names[] = {"automatic", "newton", "fused", "sequential"};
+  constexpr const char* mode_names[] = {"automatic", "newton", "fused", "sequential", "one_pass"};
   throw_invalid(fn, "config.mode",
                 std::string("NewtonMode::") + mode_names[int(config.mode)] +
                     (config.jacobian == NewtonJacobian::quasi ? " with NewtonJacobian::quasi" : ""),
@@ -214,6 +225,9 @@ inline void check_newton_config(const NewtonConfig& config, const char* fn = new
   if (config.mode == NewtonMode::fused && !is_fusable(config))
     bad("mode", "fused together with the quasi Jacobian or Picard sweeps",
         "the fused mode only with the exact Jacobian and no Picard sweeps (picard_iters = 0, picard_adapt false)");
+  if (config.mode == NewtonMode::one_pass && (!is_fusable(config) || config.residual_atol))
+    bad("mode", "one_pass together with the quasi Jacobian, Picard sweeps or residual_atol",
+        "the one-pass mode only with the exact Jacobian, no Picard sweeps and no residual_atol (it runs max_iters)");
 }
 
 // The newton mode: Picard sweeps, then one ordered scan per iteration. Each pass reads h^k from one
@@ -335,8 +349,12 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   using sequential_t = SequentialRecurrence<Acc, ExecSpace, Cell, UView, iterate_view, H0View>;
   int iterations = 0, picard_sweeps = 0;
   double checked_residual = 0; // max |F| of the result, read on the host when residual_fail is set
-  if (mode == NewtonMode::sequential || mode == NewtonMode::fused) {
-    if (mode == NewtonMode::sequential) {
+  if (mode == NewtonMode::sequential || mode == NewtonMode::fused || mode == NewtonMode::one_pass) {
+    if (mode == NewtonMode::one_pass) {
+      iterations = config.max_iters;
+      if constexpr (compiles(Modes, CompiledNewtonModes::one_pass))
+        one_pass_newton<Acc>(space, cell, u, out, h0, config, shape);
+    } else if (mode == NewtonMode::sequential) {
       if constexpr (compiles(Modes, CompiledNewtonModes::sequential))
         Kokkos::parallel_for("paraseq::newton_sequential",
                              Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),

@@ -179,7 +179,8 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
   partial_view partial;
   const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, acc_t>(newton_backward_fn, space, config, shape);
   constexpr bool fused_adjoint = compiles(Modes, CompiledNewtonModes::fused) || compiles(Modes, CompiledNewtonModes::sequential);
-  if (mode != NewtonMode::newton) {
+  // The one-pass mode's adjoint is the newton mode's: one reverse scan (itself one pass on devices).
+  if (mode != NewtonMode::newton && mode != NewtonMode::one_pass) {
     if constexpr (fused_adjoint) {
       FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
       if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;

@@ -25,6 +25,7 @@ enum class NewtonMode {
   newton,     // one ordered scan per iteration over the whole sequence
   fused,      // all iterations in one kernel, window by window, with u and h on chip
   sequential, // the plain loop over t, parallel over batch and groups: the reference
+  one_pass,   // the newton mode's iterations in one kernel: windows in parallel, joined by a look-back
 };
 
 // The iterate Newton starts from.
@@ -51,7 +52,8 @@ enum class CompiledNewtonModes : unsigned {
   newton = 2,       // NewtonMode::newton with the exact Jacobian, and the adjoint's reverse scan
   newton_quasi = 4, // NewtonMode::newton with NewtonJacobian::quasi (a diagonal scan), same adjoint
   fused = 8,        // NewtonMode::fused, forward and adjoint
-  all = 15,
+  one_pass = 16,    // NewtonMode::one_pass (newton_one_pass.hpp), and the adjoint's reverse scan
+  all = 31,
 };
 
 // The families of either set.
@@ -69,7 +71,8 @@ struct NewtonConfig {
   double omega = 1.0;                  // damping: h <- h + omega * delta, 0 < omega <= 1
   // Stop once max |F| <= atol. The newton mode reads max |F| on the host after every iteration; the
   // fused mode decides on the device, window by window (newton_fused.hpp), and reads nothing on the
-  // host but its iteration count when stats are asked for or residual_fail is set.
+  // host but its iteration count when stats are asked for or residual_fail is set. The one-pass
+  // mode takes none (its windows depend on each other's iterations).
   std::optional<double> residual_atol;
   std::optional<double> residual_fail; // throw NewtonDivergenceError if max |F| exceeds it at the end
   int picard_iters = 0;                // fixed-point sweeps h_t <- f(h_{t-1}, u_t) before Newton
@@ -82,7 +85,7 @@ struct NewtonConfig {
   // 0 = the measured default (newton.hpp, choose_newton_mode).
   double auto_work_ratio = 0;
   ScanConfig scan{};    // decomposition of every scan (Newton iterations and the adjoint)
-  int fused_window = 0; // steps per on-chip window of the fused mode; 0 = chosen from the space
+  int fused_window = 0; // steps per on-chip window of the fused and one-pass modes; 0 = chosen from the space
   // Threads per group that share one window of the fused mode (each takes window / threads steps,
   // at most the kernel's per-thread capacity); 0 = chosen from the space (newton_fused.hpp).
   int fused_team_threads = 0;

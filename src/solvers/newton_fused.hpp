@@ -78,10 +78,17 @@ struct FusedThread {
   bool live;
 };
 
+// `team_index` = b x tiles + tile: the league rank, or the one-pass mode's ticket within its window.
+template <class Member>
+KOKKOS_INLINE_FUNCTION FusedThread fused_thread(const Member& team, const FusedPlan& plan, int tiles, int groups,
+                                                int team_index) {
+  const int lane = team.team_rank() % plan.lanes, g = (team_index % tiles) * plan.lanes + lane;
+  return {lane, team.team_rank() / plan.lanes, team_index / tiles, g, g < groups};
+}
+
 template <class Member>
 KOKKOS_INLINE_FUNCTION FusedThread fused_thread(const Member& team, const FusedPlan& plan, int tiles, int groups) {
-  const int lane = team.team_rank() % plan.lanes, g = (team.league_rank() % tiles) * plan.lanes + lane;
-  return {lane, team.team_rank() / plan.lanes, team.league_rank() / tiles, g, g < groups};
+  return fused_thread(team, plan, tiles, groups, team.league_rank());
 }
 
 // Thread p's part of the window that begins at `start`: the threads with steps in the window, and
@@ -94,6 +101,36 @@ KOKKOS_INLINE_FUNCTION FusedChunk fused_chunk(const FusedPlan& plan, int steps, 
   const int length = Kokkos::min(plan.window, steps - start), L = plan.chunk_length;
   return {int(ceil_div(length, L)), start + p * L, Kokkos::max(0, Kokkos::min(L, length - p * L))};
 }
+
+// How a fused window learns what enters it (the hooks of FusedNewton::run_window). The fused mode's
+// chain: a team walks its windows in order and each window starts from the converged end of the
+// previous one (in its lane's carry, constant over the window's iterations), so the delta entering
+// the window is 0. The one-pass mode (newton_one_pass.hpp) replaces it by a look-back across teams.
+struct WindowsInOrder {
+  static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
+  // Before iteration `iteration`: the lane's carry holds the state the window's first step is
+  // linearised at (here: already there).
+  template <class Member, class Scratch>
+  KOKKOS_INLINE_FUNCTION void begin_iteration(const Member&, const FusedThread&, const Scratch&, int) const {}
+  // After the compose barrier: delta entering the window's first step (here: 0; the start is exact).
+  template <class Member, class Scratch, class MapOf, class Acc>
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const Scratch&, const MapOf&, int, int,
+                                          int d, Acc* delta) const {
+    for (int i = 0; i < d; ++i) delta[i] = Acc(0);
+  }
+  // The window's last state after `level` updates (0: the guess), by the thread that holds it
+  // (publish), then announced by the team after a barrier (announce).
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void publish_level(const FusedThread&, int, const Acc*, int) const {}
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void announce_level(const Member&, int) const {}
+  // The window is done; `last` is its final state (the thread of the window's last step): the next
+  // window of this team starts from it.
+  template <class Scratch, class Acc>
+  KOKKOS_INLINE_FUNCTION void finish_window(const FusedThread&, const Scratch& shared, const Acc* last, int d) const {
+    for (int i = 0; i < d; ++i) shared.carry[i] = last[i];
+  }
+};
 
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
 // the carry per lane ([P][lanes][map + d] + [lanes][d]).
@@ -178,30 +215,41 @@ struct FusedNewton {
     Acc* carry; // this thread's lane
   };
 
-  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
+  // The team's scratch as `me` sees it, its lane's carry holding h0.
+  KOKKOS_INLINE_FUNCTION Scratch scratch_of(const member_type& team, const FusedThread& me) const {
     scratch_view scratch(team.team_scratch(0), scratch_count());
     const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
     const Scratch shared{scratch.data(), scratch.data() + threads * MapSize,
                          scratch.data() + threads * (MapSize + D) + me.lane * D};
     const int d = fused_group_size<Cell>(shape);
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
-    // A window in which every thread holds a full chunk (the same decision for the whole team)
-    // runs without the per-step guards, so the compiler can interleave the steps' independent work.
+    return shared;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
+    const Scratch shared = scratch_of(team, me);
     int most = 0; // the most iterations a window of this team ran (the same on every thread)
-    for (int start = 0; start < shape.steps; start += plan.window) {
-      const int ran = plan.chunk_length == Capacity && start + plan.window <= shape.steps
-                          ? run_window<true>(team, me, shared, start)
-                          : run_window<false>(team, me, shared, start);
-      most = Kokkos::max(most, ran);
-    }
+    for (int start = 0; start < shape.steps; start += plan.window)
+      most = Kokkos::max(most, run_window_at(team, me, shared, start, WindowsInOrder{}));
     if (early_exit && team.team_rank() == 0) Kokkos::atomic_max(&iterations_run(), most);
   }
 
+  // A window in which every thread holds a full chunk (the same decision for the whole team)
+  // runs without the per-step guards, so the compiler can interleave the steps' independent work.
+  template <class Chain>
+  KOKKOS_INLINE_FUNCTION int run_window_at(const member_type& team, const FusedThread& me, const Scratch& shared,
+                                           int start, const Chain& chain) const {
+    return plan.chunk_length == Capacity && start + plan.window <= shape.steps
+               ? run_window<true>(team, me, shared, start, chain)
+               : run_window<false>(team, me, shared, start, chain);
+  }
+
   // Runs one window; returns the iterations it ran (fewer than `iterations` after an early exit).
-  template <bool Full>
+  // `chain` says what enters the window at each iteration (WindowsInOrder, or the one-pass look-back).
+  template <bool Full, class Chain>
   KOKKOS_INLINE_FUNCTION int run_window(const member_type& team, const FusedThread& me, const Scratch& shared,
-                                        int start) const {
+                                        int start, const Chain& chain) const {
     const int d = fused_group_size<Cell>(shape);
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
@@ -249,18 +297,21 @@ struct FusedNewton {
         }
       }
       publish_last(boundary_of(p));
+      if (p == active - 1) chain.publish_level(me, 0, last, d);
     }
     team.team_barrier();
+    chain.announce_level(team, 0);
 
     int ran = iterations;
     for (int iteration = 0; iteration < iterations; ++iteration) {
+      chain.begin_iteration(team, me, shared, iteration);
       if (working)
         for (int i = 0; i < d; ++i) entering[i] = p == 0 ? shared.carry[i] : boundary_of(p - 1)[i];
       // Whether |F| <= atol at this thread's steps and channels (NaN is not); checked with early_exit.
       int within = 1;
       // Compose. The last thread's map is never used: it linearises only to fill its cache, or to
       // check its residual.
-      if (working && (Cached || p < active - 1 || early_exit)) {
+      if (working && (Cached || p < active - 1 || early_exit || Chain::needs_window_map)) {
         Acc map[MapSize];
         map_identity<Acc, D>(d, map);
         PARASEQ_UNROLL
@@ -276,7 +327,7 @@ struct FusedNewton {
             for (int i = 0; i < d * d; ++i) cached_J[s][i] = J[i];
           }
         }
-        if (p < active - 1)
+        if (p < active - 1 || Chain::needs_window_map)
           for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
       }
       team.team_barrier();
@@ -289,9 +340,10 @@ struct FusedNewton {
           break;
         }
       }
-      // Re-run: delta enters thread p through the maps of threads 0 .. p-1.
+      // Re-run: delta enters the window (chain) and thread p through the maps of threads 0 .. p-1.
+      Acc delta[D], next[D], previous[D];
+      chain.enter_delta(team, me, shared, map_of, active, iteration, d, delta);
       if (working) {
-        Acc delta[D] = {}, next[D], previous[D];
         for (int q = 0; q < p; ++q) {
           map_apply<Acc, D>(d, map_of(q), delta, next);
           for (int i = 0; i < d; ++i) delta[i] = next[i];
@@ -319,8 +371,12 @@ struct FusedNewton {
       // (thread 0 read it before this iteration's barrier, and reads it again after the next
       // window's first barrier).
       if (iteration + 1 < iterations) {
-        if (working) publish_last(boundary_of(p));
+        if (working) {
+          publish_last(boundary_of(p));
+          if (p == active - 1) chain.publish_level(me, iteration + 1, last, d);
+        }
         team.team_barrier();
+        chain.announce_level(team, iteration + 1);
       }
     }
 
@@ -330,7 +386,7 @@ struct FusedNewton {
         if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
         for (int i = 0; i < d; ++i) h(b, first + s, g * d + i) = typename HView::value_type(x[s][i]);
       }
-      if (p == active - 1) publish_last(shared.carry);
+      if (p == active - 1) chain.finish_window(me, shared, last, d);
     }
     return ran;
   }

@@ -72,7 +72,8 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
   result.residual_fail = packed.threshold(4);
   result.picard_iters = packed.integer(5, 0, int_max, count);
   result.picard_adapt = packed.integer(6, 0, 1, "0 (False) or 1 (True)") == 1;
-  result.mode = scan_backend_modes[packed.integer(7, 0, 3, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\") or 3 (\"sequential\")")];
+  result.mode = scan_backend_modes[packed.integer(
+      7, 0, 4, "0 (\"auto\"), 1 (\"newton\"), 2 (\"fused\"), 3 (\"sequential\") or 4 (\"one_pass\")")];
   // The solver refuses the fused mode with the quasi Jacobian itself (newton.hpp, check_newton_config).
   result.jacobian = packed.integer(8, 0, 1, "0 (\"exact\") or 1 (\"quasi\")") == 1 ? NewtonJacobian::quasi
                                                                                      : NewtonJacobian::exact;

@@ -36,7 +36,7 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
 
 // The modes by their scan_backend index (entry [7] above, and the operators' stats output).
 inline constexpr NewtonMode scan_backend_modes[] = {NewtonMode::automatic, NewtonMode::newton, NewtonMode::fused,
-                                                    NewtonMode::sequential};
+                                                    NewtonMode::sequential, NewtonMode::one_pass};
 inline int64_t scan_backend_index(NewtonMode mode) {
   int64_t index = 0;
   while (scan_backend_modes[index] != mode) ++index;

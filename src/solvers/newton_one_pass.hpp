@@ -1,0 +1,195 @@
+#pragma once
+// The one-pass Newton mode (see newton.hpp): the newton mode's mathematics (iteration k linearises
+// f at h^{k-1} at every step and solves the delta recurrence exactly over the whole sequence) in one
+// kernel whose teams take the sequence's windows at once.
+//
+// A team owns one window of W steps, one batch element and one tile of groups, with the fused
+// mode's plan and per-window machinery (newton_fused.hpp: FusedNewton::run_window, its compose and
+// re-run phases and cached linearisations): it reads the window's u once, keeps the iterate on chip
+// for all K iterations and writes h once. Only what enters the window differs (OnePassChain):
+//   * the state its first step is linearised at in iteration k: the last state of window w - 1
+//     after k updates, which that window publishes (level k);
+//   * the delta entering it in iteration k: a decoupled look-back, as the ordered scan's one-pass
+//     kernel does (core/ordered_scan.hpp, ChainedTag; look_back_to_state). The window composes its
+//     threads' maps into the window's map delta_in -> delta_out and publishes it (status 1), finds
+//     the nearest earlier window of that iteration that has published its outgoing delta (status 2),
+//     applies the maps of the windows in between one by one, and publishes its own outgoing delta
+//     (status 2). Every delta is its window's map applied to the previous window's delta, whichever
+//     window a look-back stopped at: the result is bitwise reproducible.
+// Teams take windows in the order they start (a ticket, window-major), so every window a team
+// waits for belongs to a team that has started: the waits end on GPUs and on OpenMP.
+// Memory traffic: u read once, h written once, plus per window and iteration one map and two
+// states of every group (one workspace: K x windows x B x groups x (map + 2 states), and statuses).
+//
+// Unlike the fused mode's windows, which stop on their own (residual_atol), the one-pass windows
+// depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
+
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/solvers/newton_fused.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+
+namespace paraseq::detail {
+
+// The one-pass mode's chain for one team (window, batch element, tile): what it publishes and
+// looks back at, in the workspace of one_pass_newton.
+template <class Acc, int D>
+struct OnePassChain {
+  static constexpr bool needs_window_map = true;
+  static constexpr int MapSize = map_size<D>;
+
+  Acc* maps;       // [K][windows][B][groups][MapSize]: window maps delta_in -> delta_out
+  Acc* deltas;     // [K][windows][B][groups][D]: the delta leaving each window
+  Acc* levels;     // [K][windows][B][groups][D]: each window's last state after k updates
+  int* statuses;   // after the ticket: [K][windows][B][tiles] map / delta statuses, then as many level statuses
+  int iterations, windows, batch, groups, tiles;
+  int window, b, tile; // this team's
+
+  KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int element) const {
+    return (std::size_t(iteration) * windows + w) * batch + element;
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t values_at(int iteration, int w, const FusedThread& me, int size) const {
+    return (entry(iteration, w, b) * groups + me.g) * size;
+  }
+  KOKKOS_INLINE_FUNCTION int* delta_status(int iteration, int w) const {
+    return statuses + 1 + entry(iteration, w, b) * tiles + tile;
+  }
+  KOKKOS_INLINE_FUNCTION int* level_status(int level, int w) const {
+    return statuses + 1 + (entry(iterations, 0, 0) + entry(level, w, b)) * tiles + tile;
+  }
+
+  // Iteration `iteration` linearises the window's first step at window w - 1's last state after
+  // `iteration` updates (window 0: at h0, already in the carry).
+  template <class Member, class Scratch>
+  KOKKOS_INLINE_FUNCTION void begin_iteration(const Member& team, const FusedThread& me, const Scratch& shared,
+                                              int iteration) const {
+    if (window == 0) return;
+    if (team.team_rank() == 0) {
+      const volatile int* status = level_status(iteration, window - 1);
+      while (*status == 0) {
+      }
+    }
+    team.team_barrier();
+    Kokkos::memory_fence(); // what the status announces is read after it
+    if (me.live && me.p == 0) read_published_values(levels + values_at(iteration, window - 1, me, D), D, shared.carry);
+  }
+
+  // The delta entering the window: publish the window's map, look back, publish the delta leaving.
+  // The last thread's map slot (read by no re-run: a thread applies the maps before its own)
+  // passes it to the lane's threads; the carry keeps h0 for window 0's later iterations.
+  template <class Member, class Scratch, class MapOf>
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const Scratch&,
+                                          const MapOf& map_of, int active, int iteration, int d, Acc* delta) const {
+    const bool folds = me.live && me.p == 0;
+    Acc fold[MapSize];
+    if (folds) {
+      for (int i = 0; i < MapSize; ++i) fold[i] = map_of(0)[i];
+      for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
+      if (window > 0) {
+        Acc* published = maps + values_at(iteration, window, me, MapSize);
+        for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+        Kokkos::memory_fence(); // the map is visible before the status that announces it
+      }
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0 && window > 0) Kokkos::atomic_store(delta_status(iteration, window), 1);
+    const int known =
+        window > 0 ? look_back_to_state(team, window - 1, [&](int w) { return delta_status(iteration, w); }) : -1;
+    if (folds) {
+      for (int i = 0; i < d; ++i) delta[i] = Acc(0);
+      if (known >= 0) read_published_values(deltas + values_at(iteration, known, me, D), D, delta);
+      Acc map[MapSize], next[D];
+      for (int w = known + 1; w < window; ++w) {
+        read_published_values(maps + values_at(iteration, w, me, MapSize), MapSize, map);
+        map_apply<Acc, D>(d, map, delta, next);
+        for (int i = 0; i < d; ++i) delta[i] = next[i];
+      }
+      map_apply<Acc, D>(d, fold, delta, deltas + values_at(iteration, window, me, D));
+      Kokkos::memory_fence();
+      for (int i = 0; i < d; ++i) map_of(active - 1)[i] = delta[i];
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0) Kokkos::atomic_store(delta_status(iteration, window), 2);
+    if (me.live)
+      for (int i = 0; i < d; ++i) delta[i] = map_of(active - 1)[i];
+  }
+
+  // Levels 0 .. K - 1 (the last is the window's result, needed by no other window).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void publish_level(const FusedThread& me, int level, const T* last, int d) const {
+    if (level >= iterations) return; // no iteration linearises at it
+    Acc* published = levels + values_at(level, window, me, D);
+    for (int i = 0; i < d; ++i) published[i] = last[i];
+    Kokkos::memory_fence(); // the state is visible before the status that announces it
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void announce_level(const Member& team, int level) const {
+    if (level < iterations && team.team_rank() == 0) Kokkos::atomic_store(level_status(level, window), 1);
+  }
+
+  template <class Scratch, class T>
+  KOKKOS_INLINE_FUNCTION void finish_window(const FusedThread&, const Scratch&, const T*, int) const {}
+};
+
+// The kernel: a team per (window, batch element, tile), in ticket order, each running its window
+// with FusedNewton's machinery and OnePassChain.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+struct OnePassNewton {
+  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>;
+  using member_type = typename core_type::member_type;
+  using chain_type = OnePassChain<Acc, core_type::D>;
+
+  core_type core;
+  FusedPlan plan;   // core.plan (launch_fused reads it here)
+  chain_type chain; // the workspace; window, b and tile are set per team
+  Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
+
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    int ticket = 0;
+    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&statuses(0), 1);
+    team.team_broadcast(ticket, 0);
+    const int per_window = core.shape.batch * core.tiles, team_index = ticket % per_window;
+    const FusedThread me = fused_thread(team, plan, core.tiles, core.shape.groups, team_index);
+    chain_type mine = chain;
+    mine.window = ticket / per_window;
+    mine.b = me.b;
+    mine.tile = team_index % core.tiles;
+    core.run_window_at(team, me, core.scratch_of(team, me), mine.window * plan.window, mine);
+  }
+};
+
+// Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
+                     const NewtonConfig& config, const ScanShape& shape) {
+  if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View>;
+  using memory_space = typename ExecSpace::memory_space;
+  constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
+  const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
+  auto functor_for = [&](const FusedPlan& chosen, Acc* values, const Kokkos::View<int*, memory_space>& statuses) {
+    const int windows = int(ceil_div(shape.steps, chosen.window));
+    const std::size_t per_level = std::size_t(K) * windows * shape.batch * shape.groups;
+    typename functor_type::chain_type chain{values,  values + per_level * MapSize, values + per_level * (MapSize + D),
+                                            statuses.data(), K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
+    return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, false, 0, {}},
+                        chosen, chain, statuses};
+  };
+  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, {}));
+  const int windows = int(ceil_div(shape.steps, plan.window));
+  const std::size_t entries = std::size_t(K) * windows * shape.batch;
+  // One workspace for every (iteration, window): maps, outgoing deltas and levels of every group.
+  const Kokkos::View<Acc*, memory_space> values(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_one_pass"),
+                                                entries * shape.groups * (MapSize + 2 * D));
+  const Kokkos::View<int*, memory_space> statuses(Kokkos::view_alloc(space, "paraseq::newton_one_pass_status"),
+                                                  1 + 2 * entries * tiles);
+  launch_fused<Acc>("paraseq::newton_one_pass", space, windows * shape.batch * tiles,
+                    functor_for(plan, values.data(), statuses));
+}
+
+} // namespace paraseq::detail

@@ -198,7 +198,7 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
         with torch.no_grad():
             reference = torch.ops.paraseq.para_gru(u, a, None, packed("sequential"), False)[0]
             agrees = lambda h: {"max_abs_diff_to_paraseq_sequential": max_abs_diff(h, reference)}  # noqa: E731
-            for backend in ("sequential", "fused", "scan", "auto"):
+            for backend in ("sequential", "fused", "one_pass", "scan", "auto"):
                 solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]  # noqa: E731
                 results.append(measure(time_ms, {**forward, "implementation": f"paraseq {backend}"}, solve, reps, agrees))
             results.append(measure(time_ms, {**forward, "implementation": "PyTorch eager Newton K=3 (doubling scan)"},
@@ -223,7 +223,7 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
         u_grad, a_grad = u.clone().requires_grad_(), a.clone().requires_grad_()
         weight = torch.randn(B, T, H, device=device)
         backward = {"workload": "gru_forward_backward", **shape}
-        for backend in ("fused", "scan", "sequential"):
+        for backend in ("fused", "one_pass", "scan", "sequential"):
             def forward_backward():
                 h = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)[0]
                 return torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
@@ -427,7 +427,7 @@ def compare_head(time_ms, device, shapes, reps, peers):
 
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
 
-SWEEP_BACKENDS = ("auto", "fused", "scan")  # paraseq's Newton backends in the sweeps
+SWEEP_BACKENDS = ("auto", "fused", "one_pass", "scan")  # paraseq's Newton backends in the sweeps
 
 
 def compare_sweep(time_ms, device, gru_T, gru_BH, scan_T, reps, peers):

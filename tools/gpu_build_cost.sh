@@ -91,7 +91,7 @@ tail -n 4 "$out/ctest.log"
 
 # The target benchmarks of docs/performance.md: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
-targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/'
+targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
 bench() { # build_dir report

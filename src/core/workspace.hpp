@@ -15,6 +15,9 @@
 //
 // release_workspace() frees every buffer (fencing first); it must not run while another thread is
 // inside a paraseq call. The cache is freed before Kokkos::finalize, so that no View outlives Kokkos.
+// The PyTorch operators use this cache too, not PyTorch's caching allocator: taking the bytes from
+// at::empty instead would need the tensor kept alive until the call's kernels are done, which the
+// cache's per-site buffers give for free; so the memory it holds is outside torch's accounting.
 
 #include <Kokkos_Core.hpp>
 

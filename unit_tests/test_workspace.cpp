@@ -12,6 +12,8 @@
 
 #include "test_support.hpp"
 
+#include <gmock/gmock.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -102,13 +104,15 @@ NewtonConfig with_mode(NewtonMode mode, ScanConfig scan = {}) {
   return config;
 }
 
-// Calls of `run(size)` on the sizes small, small, large, small: only the first and the large one
-// allocate; and each call's output (read by `result`) is bitwise the one after release_workspace().
+// Calls of `run(size)` on the sizes small, small, large, small: only the first (which allocates the
+// buffer `site`, so the path under test ran) and the large one allocate; and each call's output (read
+// by `result`) is bitwise the one after release_workspace().
 template <class Space, class Run, class Result>
-void expect_steady_state_without_allocations(const Run& run, const Result& result, int small, int large) {
+void expect_steady_state_without_allocations(const Run& run, const Result& result, int small, int large,
+                                             const std::string& site) {
   AllocationCounter<typename Space::memory_space> counter;
   release_workspace();
-  counter.during([&] { run(small); });
+  EXPECT_THAT(counter.during([&] { run(small); }), ::testing::HasSubstr(site)) << "the first call";
   EXPECT_EQ(counter.during([&] { run(small); }), "") << "the second call of the same shape";
   const auto cached_small = result();
   EXPECT_NE(counter.during([&] { run(large); }), "") << "a larger shape needs larger buffers";
@@ -134,7 +138,8 @@ TYPED_TEST(Workspace, LinearScanAllocatesOnlyWhenItGrows) {
           if (size == 0) linear_scan(Space{}, Diagonal{}, small.A, small.b, small.h, config);
           else linear_scan(Space{}, Diagonal{}, large.A, large.b, large.h, config);
         },
-        [&] { return snapshot(small.h); }, 0, 1);
+        [&] { return snapshot(small.h); }, 0, 1,
+        split == TimeSplit::single_pass ? "paraseq::chunk_status" : "paraseq::chunk_carries");
   }
 }
 
@@ -148,16 +153,19 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
     config.residual_atol = 1e-12; // the newton mode's residuals, the fused mode's iteration count
     config.max_iters = 20;
     SCOPED_TRACE("mode=" + std::to_string(int(config.mode)) + " split=" + std::to_string(int(config.scan.time_split)));
+    const bool newton = config.mode == NewtonMode::newton;
     auto pick = [&](int size) -> GruCase<Space>& { return size == 0 ? small : large; };
     expect_steady_state_without_allocations<Space>(
         [&](int size) { newton_solve(Space{}, pick(size).cell(), pick(size).u, pick(size).h, config); },
-        [&] { return snapshot(small.h); }, 0, 1);
+        [&] { return snapshot(small.h); }, 0, 1,
+        newton ? "paraseq::newton_iterate" : "paraseq::newton_fused_iterations");
     expect_steady_state_without_allocations<Space>(
         [&](int size) {
           GruCase<Space>& c = pick(size);
           newton_backward(Space{}, c.cell(), c.u, c.h, c.g, c.du, c.da, ZeroInitialState{}, NoGradient{}, config);
         },
-        [&] { return snapshot(small.du, small.da); }, 0, 1);
+        [&] { return snapshot(small.du, small.da); }, 0, 1,
+        newton ? "paraseq::newton_adjoint" : "paraseq::newton_param_partials");
   }
 }
 

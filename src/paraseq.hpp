@@ -4,6 +4,7 @@
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell_step.hpp>
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/input_projection.hpp>

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "docs" / "api.md"
 HEADERS = [
     "core/linear_scan.hpp", "core/mpi_scan.hpp", "core/structure.hpp", "core/views.hpp", "core/ordered_scan.hpp",
+    "core/workspace.hpp",
     "solvers/newton_config.hpp", "solvers/cell.hpp", "solvers/cells.hpp", "solvers/newton.hpp", "solvers/cell_step.hpp",
     "solvers/newton_backward.hpp", "solvers/mpi_newton.hpp", "solvers/input_projection.hpp",
     "loops/options.hpp", "loops/field.hpp", "loops/fields.hpp", "loops/tableaus.hpp", "loops/integrate.hpp",

@@ -45,6 +45,7 @@
 
 #include <paraseq/core/structure.hpp>
 #include <paraseq/core/team_policy.hpp>
+#include <paraseq/core/workspace.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -392,15 +393,15 @@ public:
     const int G = plan_.time_chunks;
     const std::size_t per_chunk = std::size_t(shape_.batch) * shape_.groups;
     auto buffer = [&](const std::string& label, std::size_t count) {
-      return buffer_view(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label), count);
+      return detail::workspace_view<buffer_view>(space, label, count);
     };
     if (plan_.single_pass) {
       const int segments = int(ceil_div(G, SegmentChunks));
       chunk_maps_ = buffer("paraseq::chunk_maps", per_chunk * G * MapSize);
       segment_maps_ = buffer("paraseq::segment_maps", per_chunk * segments * MapSize);
       carries_ = buffer("paraseq::segment_states", per_chunk * segments * D);
-      status_ = status_view(Kokkos::view_alloc(space, "paraseq::chunk_status"),
-                            1 + std::size_t(G + segments) * shape_.batch * tiles_);
+      status_ = detail::zeroed_workspace_view<status_view>(space, "paraseq::chunk_status",
+                                                           1 + std::size_t(G + segments) * shape_.batch * tiles_);
       launch<ChainedTag>(space, "paraseq::scan_single_pass", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
       return;
     }

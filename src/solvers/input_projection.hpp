@@ -16,6 +16,7 @@
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/views.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/newton_config.hpp>
 #include <paraseq/solvers/newton_kernels.hpp>
 
@@ -178,7 +179,7 @@ void run_project_inputs_backward(const ExecSpace& space, const XView& x, const W
   using partials_t = BiasPartials<std::decay_t<decltype(du_matrix)>, partial_view>;
   const long rows = long(du_matrix.extent(0)), U = long(du_matrix.extent(1));
   const long runs = std::max<long>(1, ceil_div(rows, partials_t::run_length));
-  partial_view partial(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::bias_partials"), runs, U);
+  const auto partial = detail::workspace_view<partial_view>(space, "paraseq::bias_partials", runs, U);
   Kokkos::parallel_for("paraseq::bias_partials", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {runs, U}),
                        partials_t{du_matrix, partial, rows});
   Kokkos::parallel_for("paraseq::bias_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, U),

@@ -57,6 +57,7 @@
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
 #include <paraseq/core/views.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell.hpp>
 #include <paraseq/solvers/newton_config.hpp>
 #include <paraseq/solvers/newton_fused.hpp>
@@ -245,8 +246,9 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   using buffer_layout = std::conditional_t<std::is_same_v<typename IterateView::array_layout, Kokkos::LayoutStride>,
                                            Kokkos::LayoutRight, typename IterateView::array_layout>;
   const int B = shape.batch, T = shape.steps, N = cell.state_size(), d = shape.group_size;
-  const Kokkos::View<typename IterateView::non_const_data_type, buffer_layout, typename IterateView::memory_space> buffer(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_iterate"), B, T, N);
+  const auto buffer = detail::workspace_view<
+      Kokkos::View<typename IterateView::non_const_data_type, buffer_layout, typename IterateView::memory_space>>(
+      space, "paraseq::newton_iterate", B, T, N);
   const IterateView work = buffer;
   // The quasi Jacobian of a diagonal cell is its exact one: the same scan.
   const bool quasi = !std::is_same_v<structure, Diagonal> && config.jacobian == NewtonJacobian::quasi;
@@ -334,7 +336,8 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   Kokkos::View<double*, memory_space> residual;
   Kokkos::View<int*, memory_space> converged;
   if (stats || config.residual_atol || check_on_host)
-    residual = Kokkos::View<double*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_residual"), B);
+    residual = stats ? Kokkos::View<double*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_residual"), B)
+                     : detail::zeroed_workspace_view<Kokkos::View<double*, memory_space>>(space, "paraseq::newton_residual", B);
   if (stats) converged = Kokkos::View<int*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_converged"), B);
   // Every pass and residual reads h through one unmanaged View type.
   using iterate_view = Kokkos::View<typename HView::non_const_data_type, typename HView::array_layout,

@@ -33,6 +33,7 @@
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell.hpp>
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_fused_adjoint.hpp>
@@ -190,21 +191,22 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
             cell, u, trajectory, g, du, sums, dh0, chosen, shape, tiles};
       };
       plan = fit_fused_plan<acc_t>(space, plan, league, config, functor_for(plan, {}));
-      partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * plan.team_chunks,
-                             cell.param_count());
+      partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B * plan.team_chunks,
+                                                            cell.param_count());
       if (B * T * shape.groups > 0)
         launch_fused<acc_t>("paraseq::newton_fused_adjoint", space, league, functor_for(plan, partial));
     }
   } else if constexpr (compiles_newton_scans(Modes)) {
     using mu_view = Kokkos::View<typename HView::non_const_value_type***, Kokkos::LayoutRight, memory_space>;
-    const mu_view mu(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_adjoint"), B, T, N);
+    const auto mu = detail::workspace_view<mu_view>(space, "paraseq::newton_adjoint", B, T, N);
     using adjoint_t = AdjointLinearization<acc_t, Cell, UView, HView, H0View, GView, mu_view, DH0View>;
     ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
                                    newton_scan_config<ExecSpace>(config.scan));
 
     const GradientRuns split = gradient_runs(space, shape);
     const int runs = split.runs, run_length = split.run_length;
-    partial = partial_view(Kokkos::view_alloc(space, "paraseq::newton_param_partials"), B * runs, cell.param_count());
+    partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B * runs,
+                                                          cell.param_count());
     using local_t = LocalGradients<acc_t, Cell, UView, HView, H0View, mu_view, DUView, partial_view>;
     Kokkos::parallel_for("paraseq::newton_local_gradients",
                          Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),

@@ -435,8 +435,7 @@ Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace
                                                                  const NewtonConfig& config, const ScanShape& shape) {
   Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
   if (config.residual_atol)
-    iterations_run = Kokkos::View<int, typename ExecSpace::memory_space>(
-        Kokkos::view_alloc(space, "paraseq::newton_fused_iterations"));
+    iterations_run = detail::zeroed_workspace_view<decltype(iterations_run)>(space, "paraseq::newton_fused_iterations");
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return iterations_run;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;

@@ -6,6 +6,7 @@
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell.hpp>
 #include <paraseq/solvers/newton_config.hpp>
 
@@ -255,9 +256,8 @@ void compute_residual(const ExecSpace& space, const Cell& cell, const UView& u, 
   const long work = long(shape.steps) * shape.groups;
   const long want = detail::ceil_div(4 * std::max<long>(1, space.concurrency()), std::max(1, shape.batch));
   const int slices = int(std::clamp<long>(std::min(want, detail::ceil_div(work, 256)), 1, 1 << 16));
-  Kokkos::View<double*, MemorySpace> slice_max(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_residual_slices"),
-      std::size_t(shape.batch) * slices);
+  const auto slice_max = detail::workspace_view<Kokkos::View<double*, MemorySpace>>(
+      space, "paraseq::newton_residual_slices", std::size_t(shape.batch) * slices);
   using slices_t = ResidualSlices<Acc, ExecSpace, Cell, UView, Iterate>;
   Kokkos::parallel_for("paraseq::newton_residual", team_policy(space, shape.batch * slices, Kokkos::AUTO),
                        slices_t{cell, u, iterate, slice_max, shape.steps, shape.groups, shape.group_size, slices,

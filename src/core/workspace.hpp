@@ -1,0 +1,136 @@
+#pragma once
+// Temporaries that repeated calls of one shape reuse instead of allocating (docs/memory.md). Every
+// Kokkos allocation is a cudaMalloc + cudaFree on CUDA, and cudaFree synchronises the device; so the
+// scans, the Newton solver, its backward pass and the input projection take their temporaries from a
+// cache: one buffer per call site (its label), per memory space, per execution-space instance and
+// per calling host thread. A buffer grows only when a call asks for more than it holds; otherwise
+// the call gets an unmanaged View of the type it asked for into it, and allocates nothing.
+//
+// Why per host thread rather than one cache locked for the duration of a call: a buffer is in use
+// from the call that takes it until the kernels it enqueued are done. Calls of one thread on one
+// instance are ordered by that instance (its stream), so they can share a buffer; calls of two
+// threads are not ordered with each other, so they must not. A lock held for a whole public call
+// would need a guard at every public entry (and serialise the threads' host work); per-thread
+// buffers need nothing at the call sites. The price is one set of buffers per thread that calls.
+//
+// release_workspace() frees every buffer (fencing first); it must not run while another thread is
+// inside a paraseq call. The cache is freed before Kokkos::finalize, so that no View outlives Kokkos.
+// The PyTorch operators use this cache too, not PyTorch's caching allocator: taking the bytes from
+// at::empty instead would need the tensor kept alive until the call's kernels are done, which the
+// cache's per-site buffers give for free; so the memory it holds is outside torch's accounting.
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace paraseq {
+
+namespace detail {
+
+// The release functions of the memory spaces' caches that were used, run by release_workspace().
+struct WorkspaceReleasers {
+  std::mutex mutex;
+  std::vector<std::function<void()>> releasers;
+};
+
+inline WorkspaceReleasers& workspace_releasers() {
+  static WorkspaceReleasers instance;
+  return instance;
+}
+
+template <class Space>
+std::uint32_t instance_id(const Space& space) {
+  if constexpr (requires { space.impl_instance_id(); }) return space.impl_instance_id();
+  else return 0;
+}
+
+// The buffers of one memory space, keyed by (instance, thread, label).
+template <class MemorySpace>
+class WorkspaceCache {
+public:
+  static WorkspaceCache& get() {
+    static WorkspaceCache* cache = [] {
+      auto* created = new WorkspaceCache; // never destroyed: Kokkos may be finalized before static destructors run
+      std::lock_guard<std::mutex> lock(workspace_releasers().mutex);
+      workspace_releasers().releasers.push_back([created] { created->release(); });
+      return created;
+    }();
+    return *cache;
+  }
+
+  // At least `bytes` bytes for this call site of this thread on this instance.
+  template <class Space>
+  void* take(const Space& space, const std::string& label, std::size_t bytes) {
+    const Key key{instance_id(space), std::this_thread::get_id(), label};
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!finalize_hook_pushed_) {
+      Kokkos::push_finalize_hook([this] { release(); });
+      finalize_hook_pushed_ = true;
+    }
+    Kokkos::View<unsigned char*, MemorySpace>& buffer = buffers_[key];
+    if (buffer.size() < bytes) {
+      // The previous buffer may still be read by kernels this thread enqueued on this instance.
+      if (buffer.data()) space.fence("paraseq::workspace_grow");
+      buffer = {};
+      buffer = Kokkos::View<unsigned char*, MemorySpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label),
+                                                         bytes);
+    }
+    return buffer.data();
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (buffers_.empty()) return;
+    Kokkos::fence("paraseq::release_workspace"); // no kernel still reads a buffer
+    buffers_.clear();
+    finalize_hook_pushed_ = false; // a later Kokkos::initialize needs the hook again
+  }
+
+private:
+  using Key = std::tuple<std::uint32_t, std::thread::id, std::string>;
+  std::mutex mutex_;
+  std::map<Key, Kokkos::View<unsigned char*, MemorySpace>> buffers_;
+  bool finalize_hook_pushed_ = false;
+};
+
+// An unmanaged View of type `View` (unmanaged or not: the type the kernels take) with these extents,
+// from this call site's cached buffer; its values are undefined.
+template <class View, class Space, class... Extents>
+View workspace_view(const Space& space, const std::string& label, Extents... extents) {
+  using layout = typename View::array_layout;
+  static_assert(std::is_same_v<layout, Kokkos::LayoutRight> || std::is_same_v<layout, Kokkos::LayoutLeft>,
+                "workspace_view: a contiguous layout, so that the extents alone give the View's size");
+  using memory_space = typename View::memory_space;
+  const std::size_t bytes = View::required_allocation_size(std::size_t(extents)...);
+  void* data = WorkspaceCache<memory_space>::get().take(space, label, bytes);
+  return View(static_cast<typename View::pointer_type>(data), std::size_t(extents)...);
+}
+
+// The same, filled with zeros on the space (an asynchronous memset, not an allocation).
+template <class View, class Space, class... Extents>
+View zeroed_workspace_view(const Space& space, const std::string& label, Extents... extents) {
+  const View view = workspace_view<View>(space, label, extents...);
+  Kokkos::deep_copy(space, view, 0);
+  return view;
+}
+
+} // namespace detail
+
+// Frees the temporaries that paraseq's calls keep for the next call of the same shape, in every
+// memory space, after a fence. Call it when memory is tight; the next call allocates them again. It
+// must not run while another thread is inside a paraseq call.
+inline void release_workspace() {
+  auto& registered = detail::workspace_releasers();
+  std::lock_guard<std::mutex> lock(registered.mutex);
+  for (const auto& release : registered.releasers) release();
+}
+
+} // namespace paraseq

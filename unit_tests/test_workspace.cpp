@@ -148,9 +148,11 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
   GruCase<Space> small(2, 300, 5, 11), large(3, 700, 8, 17);
   for (const NewtonConfig& base : {with_mode(NewtonMode::newton, ScanConfig{1, 7, 5, TimeSplit::two_pass}),
                                    with_mode(NewtonMode::newton, ScanConfig{1, 7, 5, TimeSplit::single_pass}),
-                                   with_mode(NewtonMode::fused)}) {
+                                   with_mode(NewtonMode::fused), with_mode(NewtonMode::one_pass)}) {
     NewtonConfig config = base;
-    config.residual_atol = 1e-12; // the newton mode's residuals, the fused mode's iteration count
+    const bool one_pass = config.mode == NewtonMode::one_pass; // which refuses residual_atol
+    // the newton mode's residuals, the fused mode's iteration count
+    if (!one_pass) config.residual_atol = 1e-12;
     config.max_iters = 20;
     SCOPED_TRACE("mode=" + std::to_string(int(config.mode)) + " split=" + std::to_string(int(config.scan.time_split)));
     const bool newton = config.mode == NewtonMode::newton;
@@ -158,14 +160,14 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
     expect_steady_state_without_allocations<Space>(
         [&](int size) { newton_solve(Space{}, pick(size).cell(), pick(size).u, pick(size).h, config); },
         [&] { return snapshot(small.h); }, 0, 1,
-        newton ? "paraseq::newton_iterate" : "paraseq::newton_fused_iterations");
+        newton ? "paraseq::newton_iterate" : one_pass ? "paraseq::newton_one_pass" : "paraseq::newton_fused_iterations");
     expect_steady_state_without_allocations<Space>(
         [&](int size) {
           GruCase<Space>& c = pick(size);
           newton_backward(Space{}, c.cell(), c.u, c.h, c.g, c.du, c.da, ZeroInitialState{}, NoGradient{}, config);
         },
         [&] { return snapshot(small.du, small.da); }, 0, 1,
-        newton ? "paraseq::newton_adjoint" : "paraseq::newton_param_partials");
+        newton || one_pass ? "paraseq::newton_adjoint" : "paraseq::newton_param_partials");
   }
 }
 

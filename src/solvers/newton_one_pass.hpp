@@ -25,6 +25,7 @@
 // depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
 
 #include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/newton_fused.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -183,11 +184,12 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, {}));
   const int windows = int(ceil_div(shape.steps, plan.window));
   const std::size_t entries = std::size_t(K) * windows * shape.batch;
-  // One workspace for every (iteration, window): maps, outgoing deltas and levels of every group.
-  const Kokkos::View<Acc*, memory_space> values(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::newton_one_pass"),
-                                                entries * shape.groups * (MapSize + 2 * D));
-  const Kokkos::View<int*, memory_space> statuses(Kokkos::view_alloc(space, "paraseq::newton_one_pass_status"),
-                                                  1 + 2 * entries * tiles);
+  // One workspace for every (iteration, window): maps, outgoing deltas and levels of every group
+  // (cached: core/workspace.hpp), and the statuses, zeroed for every call.
+  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass",
+                                                                      entries * shape.groups * (MapSize + 2 * D));
+  const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
+      space, "paraseq::newton_one_pass_status", 1 + 2 * entries * tiles);
   launch_fused<Acc>("paraseq::newton_one_pass", space, windows * shape.batch * tiles,
                     functor_for(plan, values.data(), statuses));
 }

@@ -394,7 +394,9 @@ def _plan(token, tensors, structure, slots, hidden, input_size, dtype, x_dtype, 
 
 def _check_rows(token, graph, tensors, state_shape, input_size, dtype, x_dtype):
     """The trace is of one row: refuses a step that computes a batch of rows otherwise than each
-    row alone (one that does not treat leading dimensions as a batch), on random values."""
+    row alone (one that does not treat leading dimensions as a batch), on random values, on the CPU
+    (as the trace: the cell's tensors may live on another device)."""
+    tensors = [x.detach().cpu() for x in tensors]
     generator = torch.Generator().manual_seed(0)
     h = torch.rand((2, 3, *state_shape), generator=generator, dtype=torch.float64).to(dtype) - 0.5
     x = torch.rand((2, 3, input_size), generator=generator, dtype=torch.float64).to(x_dtype) - 0.5

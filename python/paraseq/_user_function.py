@@ -22,6 +22,7 @@ duration of a call: one function must not be integrated from two threads at once
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import sys
 import types
@@ -282,10 +283,23 @@ def _forget(key):
         _entries.pop(token, None)
 
 
-@torch._dynamo.assume_constant_result
 def register(owner, function) -> int:
-    """The token of (owner, function); runs at trace time under torch.compile, whose graph holds
-    the token as a constant (dynamo guards on the objects' identity)."""
+    """The token of (owner, function). Under torch.compile it runs at trace time and the graph holds
+    the token as a constant: dynamo passes the objects to a function it runs while tracing only by
+    their ids (guarding on them), and they are alive while it traces."""
+    if torch.compiler.is_compiling():
+        return _register_by_id(0 if owner is None else id(owner), 0 if function is None else id(function))
+    return _register(owner, function)
+
+
+@torch._dynamo.assume_constant_result
+def _register_by_id(owner_id: int, function_id: int) -> int:
+    def alive(object_id):
+        return None if object_id == 0 else ctypes.cast(object_id, ctypes.py_object).value
+    return _register(alive(owner_id), alive(function_id))
+
+
+def _register(owner, function) -> int:
     key = (id(owner), id(function))
     token = _tokens.get(key)
     if token is not None and _entries[token].alive():

@@ -71,8 +71,8 @@ class NewtonConfig:
         "auto" takes the measured rule of docs/solvers.md; "newton" one ordered scan per iteration
         ("scan", its former name, is still accepted); "fused" one kernel with windows on chip;
         "sequential" the loop over t; "one_pass" the newton mode's iterations in one kernel, all
-        windows at once (exact Jacobian, no Picard sweeps, no residual_atol; "auto" does not pick
-        it yet).
+        windows at once (exact Jacobian, no Picard sweeps, no residual_atol; "auto" picks it on
+        CUDA for long sequences with few channels, docs/solvers.md).
     jacobian : {"exact", "quasi"}
         The Jacobian of each Newton iteration's linear solve (the C++ NewtonJacobian). "exact": the
         cell's structured Jacobian (quadratic convergence). "quasi": only its diagonal (quasi-DEER):

@@ -40,12 +40,13 @@
 //               reads its u once, keeps the iterate on chip for all K iterations and writes h once;
 //               the delta entering a window in each iteration comes from a decoupled look-back
 //               through the windows' published maps. Exact Jacobian, no Picard, no residual_atol.
-//               The automatic rule does not pick it yet: that needs GPU measurements.
 //   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
 //               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
-//               config.auto_work_ratio); otherwise fused if the config allows it (exact Jacobian,
-//               no Picard) and, on a host, the sequence fits one window or, on a
-//               device, B x groups x 1536 >= space.concurrency(); otherwise newton.
+//               config.auto_work_ratio); otherwise, if the config allows the fused kernels (exact
+//               Jacobian, no Picard): on a host fused if the sequence fits one window; on a device
+//               fused if B x groups x 215 >= space.concurrency(), else one_pass from 16 groups on
+//               without residual_atol, else fused if B x groups x 1536 >= space.concurrency();
+//               otherwise newton.
 //
 // Non-finite inputs: a NaN or Inf in u at step t makes h of that batch element non-finite from t
 // on (other batch elements are unaffected) and its residual infinite; with residual_fail set the
@@ -102,12 +103,20 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   if (!is_fusable(config)) return NewtonMode::newton;
   if (on_host) return shape.steps <= plan_fused<Cell, Acc>(space, shape, config).window ? NewtonMode::fused : NewtonMode::newton;
   // A device runs the fused kernel with at most 16 threads per group, one team per batch element
-  // and tile: its time grows with T alone (about 53 ns per step for K = 3 on the H200, ParaGRU,
-  // fp32, at 1 and at 256 groups), while the newton mode's one-pass scans grow with B x groups x T
-  // (0.31 ns per element at 256 groups). They cross near 175 groups of a 65536-step sequence, which
-  // is 1/1536 of the H200's resident threads: at 256 groups fused takes 3.6 ms against 5.2 ms, at
-  // one group 13.7 ms against 0.56 ms (H200, docs/performance.md).
-  return double(shape.batch) * shape.groups * 1536 >= double(space.concurrency()) ? NewtonMode::fused : NewtonMode::newton;
+  // and tile, walking the windows one after another: its time grows with T alone (about 58 ns per
+  // step for K = 3 on the H200, ParaGRU, fp32, from 64 to 512 groups) until B x groups fills the
+  // device (15.5 ps per element at 16384 groups). The one-pass mode runs the windows at once, so its
+  // time grows with B x groups x T (about 46 ps per element from 64 to 16384 groups): it is the
+  // faster below about 58 ns / 46 ps = 1260 groups, 1/215 of the H200's resident threads (at 256
+  // groups 0.82 ms against 3.81 ms; at 16384, 2.96 ms against 1.04 ms; 2026-12-02). It runs no
+  // early exit, so residual_atol keeps the fused and newton modes: those cross near 175 groups of a
+  // 65536-step sequence, 1/1536 of the resident threads (fused 3.6 ms against 5.2 ms at 256 groups,
+  // 13.7 ms against 0.56 ms at one). Below 16 groups the newton mode's scans stay (the one-pass
+  // mode was not measured there). docs/performance.md has the measurements.
+  const double groups = double(shape.batch) * shape.groups, resident = double(space.concurrency());
+  if (groups * 215 >= resident) return NewtonMode::fused;
+  if (groups >= 16 && !config.residual_atol) return NewtonMode::one_pass;
+  return groups * 1536 >= resident ? NewtonMode::fused : NewtonMode::newton;
 }
 
 // The kernel family that runs a (non-automatic) mode with the config's Jacobian. A diagonal cell's

@@ -281,6 +281,7 @@ class Plan:
         self.extension = extension
         self.input_prologue, self.param_prologue = generated.input_prologue, generated.param_prologue
         self.used_tensors, self.groups = generated.used_tensors, generated.groups
+        # Kept on the CPU: each call moves them to its tensors' device (a plan serves every device).
         self.input_index = torch.tensor(generated.input_index, dtype=torch.int64)
         self.param_index = torch.tensor(generated.param_index, dtype=torch.int64)
 
@@ -426,12 +427,12 @@ def run(key, layout, x, h0, tensors, config, with_residual):
         batched = (0,) + (None,) * len(used)
         values = torch.vmap(plan.input_prologue, in_dims=batched)(x.reshape(B * T, x.shape[2]), *used)
         flat = torch.cat([value.reshape(B * T, -1) for value in values], dim=1)
-        u = flat.index_select(1, plan.input_index).reshape(B, T, -1)
+        u = flat.index_select(1, plan.input_index.to(flat.device)).reshape(B, T, -1)
     else:
         u = x.new_zeros((B, T, plan.input_index.numel()), dtype=dtype)
     if plan.param_index.numel():
         flat = torch.cat([value.reshape(-1) for value in plan.param_prologue(*used)])
-        params = flat.index_select(0, plan.param_index).reshape(plan.groups, -1)
+        params = flat.index_select(0, plan.param_index.to(flat.device)).reshape(plan.groups, -1)
     else:
         params = x.new_zeros((plan.groups, 1), dtype=dtype)
     state0 = layout.to_scan(h0.unsqueeze(1)).squeeze(1) if h0 is not None else None

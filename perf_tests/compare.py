@@ -793,23 +793,23 @@ def main():
               "peers": {peer: Peers.version(peer) or "not installed" for peer in PEERS}}
     report["copy_GBps"] = copy_gbps(time_ms, device, copy_elements)
     peers, results = Peers(), []
-    if "gru" in sections:
-        results += compare_gru(time_ms, device, gru_shapes, reps, sequential_up_to, peers)
-    if "scan" in sections:
-        results += compare_scan(time_ms, device, scan_shapes, reps, peers)
-    if "ode" in sections:
-        results += compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers)
-    if "head" in sections:
-        results += compare_head(time_ms, device, head_shapes, reps, peers)
-    if "sweep" in sections:
-        results += compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers)
-    if "user" in sections:
-        results += compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)
+    runs = {"gru": lambda: compare_gru(time_ms, device, gru_shapes, reps, sequential_up_to, peers),
+            "scan": lambda: compare_scan(time_ms, device, scan_shapes, reps, peers),
+            "ode": lambda: compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers),
+            "head": lambda: compare_head(time_ms, device, head_shapes, reps, peers),
+            "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
+            "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
+    for section in (name for name in SECTIONS if name in sections):
+        for entry in runs[section]():
+            if "bytes" in entry:
+                entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
+            results.append(entry)
+        # Written after every section: a run stopped by a time limit keeps the sections it finished.
+        report["results"] = results + peers.missing
+        if args.out:
+            with open(args.out, "w") as out:
+                json.dump(report, out, indent=1)
     results += peers.missing
-    for entry in results:
-        if "bytes" in entry:
-            entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
-    report["results"] = results
     for entry in results:
         shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "N", "steps") if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)
@@ -817,9 +817,6 @@ def main():
         cold = f"  cold {entry['cold_compile_s']:.1f} s" if "cold_compile_s" in entry else ""
         diffs = "".join(f"  {key} {value:.2e}" for key, value in entry.items() if key.startswith("max_"))
         print(f"{entry['workload']:26} {shape:28} {entry['implementation']:45} {timing}{cold}{diffs}")
-    if args.out:
-        with open(args.out, "w") as out:
-            json.dump(report, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -799,7 +799,7 @@ def main():
             "head": lambda: compare_head(time_ms, device, head_shapes, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
             "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
-    for section in (name for name in SECTIONS if name in sections):
+    for section in (name for name in runs if name in sections):
         for entry in runs[section]():
             if "bytes" in entry:
                 entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
@@ -809,8 +809,7 @@ def main():
         if args.out:
             with open(args.out, "w") as out:
                 json.dump(report, out, indent=1)
-    results += peers.missing
-    for entry in results:
+    for entry in report["results"]:
         shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "N", "steps") if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)
         timing = f"{outcome}: {entry[outcome]}" if outcome else f"{entry['ms']:10.3f} ms"

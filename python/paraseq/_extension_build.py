@@ -224,8 +224,8 @@ def require_device(device_type: str, argument: str, compile) -> None:
                                f"{argument} is on {device_type}")
     if cuda and compile is not True:
         raise OnRequestOnly(f"{argument} is on {device_type.upper() if device_type == 'cuda' else 'the CPU'} with a "
-                            "CUDA build of paraseq, whose extensions nvcc compiles on first use (about 34 s on an "
-                            "H200 machine); pass compile=True to take it")
+                            "CUDA build of paraseq, whose extensions nvcc compiles on first use (34 s for an odeint "
+                            "right-hand side on an H200 machine); pass compile=True to take it")
 
 
 def _run(function, command, source_path):

@@ -784,9 +784,10 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         when it supports every operation of step's recurrence, the state is float32 or float64 on
         the CPU, autocast is off and a C++ compiler is there, else the general path with a warning
         naming why; True the compiled path or NotImplementedError naming why (with a CUDA build of
-        paraseq only True takes it, on the CPU and on CUDA: nvcc compiles its first use, about
-        34 s on the H200 machine (2026-12-02)); False the general path. With ``process_group`` the solve is the general path ("auto"; True raises). The
-        built-in cells always run their operators ("auto" or True).
+        paraseq only True takes it, on the CPU and on CUDA: nvcc compiles its first use; not
+        measured for a cell, 34 s for an odeint right-hand side on the H200 machine, 2026-12-02);
+        False the general path. With ``process_group`` the solve is the general path ("auto"; True
+        raises). The built-in cells always run their operators ("auto" or True).
     cu_seqlens : torch.Tensor, optional
         Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
         0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in

@@ -139,26 +139,19 @@ function(paraseq_loop_instance out kind field_type parameters method type space 
 endfunction()
 
 # The unit of a loop instance. Every unit pays for its own include of Kokkos (about ten seconds with
-# nvcc, more than many instances' own code), so units hold several instances, up to a few tens of
-# seconds of compilation on the H200 machine (docs/performance.md, "Build cost"): on a host, one unit
-# per field, kind and type; on a device, a fixed-size field's every method and type per kind; a
-# run-time-size field's forward loops of the fixed-step methods or of the adaptive ones (each a
-# kernel set per state capacity); its gradients per type, of Euler and RK4 together, of Heun, and of
-# DormandPrince5 per stepping.
-function(paraseq_loop_unit out kind field_name state_size method type space stepping)
+# nvcc, more than many instances' own code), so units hold several instances, up to about 40 s of
+# compilation on the H200 machine (docs/performance.md, "Build cost"): on a host, one unit per field
+# and kind; on a device, the forward loops of the fixed-size fields together, a fixed-size field's
+# gradients, a run-time-size field's forward loops (each a kernel set per state capacity), and its
+# gradients per type, of Euler and RK4 together, of Heun, and of DormandPrince5.
+function(paraseq_loop_unit out kind field_name state_size method type space)
   string(REPLACE "Kokkos::" "" space_name ${space})
   if(space MATCHES "Serial|OpenMP|Threads")
-    set(unit odeint_${kind}_${field_name}_${type}_${space_name})
-  elseif(state_size STREQUAL "fixed")
     set(unit odeint_${kind}_${field_name}_${space_name})
-  elseif(kind STREQUAL "forward")
-    if(method IN_LIST PARASEQ_ETI_ADAPTIVE_METHODS)
-      set(unit odeint_forward_${field_name}_adaptive_methods_${space_name})
-    else()
-      set(unit odeint_forward_${field_name}_fixed_methods_${space_name})
-    endif()
-  elseif(method STREQUAL "DormandPrince5")
-    set(unit odeint_gradient_${field_name}_${method}_${type}_${space_name}_${stepping})
+  elseif(state_size STREQUAL "fixed" AND kind STREQUAL "forward")
+    set(unit odeint_forward_fixed_size_fields_${space_name})
+  elseif(state_size STREQUAL "fixed" OR kind STREQUAL "forward")
+    set(unit odeint_${kind}_${field_name}_${space_name})
   elseif(method IN_LIST PARASEQ_ETI_ADAPTIVE_METHODS)
     set(unit odeint_gradient_${field_name}_${method}_${type}_${space_name})
   else()
@@ -267,33 +260,34 @@ function(paraseq_generate_instances sources_var)
         string(REGEX REPLACE "[^A-Za-z0-9]+" "_" subject_name "${subject}")
         string(REGEX REPLACE "_$" "" subject_name "${subject_name}")
         set(name ${kind}_${subject_name}_${type}_${space_name})
-        # Most instances compile in less time than a unit's own include of Kokkos, so a unit holds
-        # several: on a host, a direction's scans of every structure, or a cell's solve or backward
-        # pieces; on a device, where each piece takes longer, a direction's scans of the diagonal and
-        # block structures (Dense has a unit of its own), or a cell's solve and backward pieces
-        # together. The kernels of a device scan that take tens of seconds each have units of their
-        # own (below).
+        # Most instances compile in less time than a unit's own include of Kokkos (about 11 s under
+        # nvcc on the H200 machine, for host instances too), so a unit holds several: on a host, a
+        # type's scans of every structure in both directions, or a cell's solve and backward pieces;
+        # on a device, where each piece takes longer, a direction's scans of the diagonal and block
+        # structures, Dense's in both directions, or a cell's solve and backward pieces together.
+        # The head GRU's fused kernel and solve (dense maps of up to 32 x 32) have units of their
+        # own, its scans' and backward's entry pieces one together. The kernels of a device scan that
+        # take tens of seconds each have units of their own (below).
         if(group STREQUAL "projection") # three small GEMMs and two reductions
-          if(space MATCHES "Serial|OpenMP|Threads")
-            set(unit projection_${type}_${space_name})
-          else()
-            set(unit projection_${space_name})
-          endif()
+          set(unit projection_${space_name})
         elseif(space MATCHES "Serial|OpenMP|Threads")
           if(group STREQUAL "scan")
-            set(unit ${kind}_${type}_${space_name})
+            set(unit scan_${type}_${space_name})
           else()
-            set(unit ${group}_${subject_name}_${type}_${space_name})
+            set(unit newton_${subject_name}_${type}_${space_name})
           endif()
         elseif(group STREQUAL "scan")
           if(subject STREQUAL "Dense")
-            set(unit ${name})
+            set(unit scan_Dense_${type}_${space_name})
           else()
             set(unit ${kind}_Diagonal_BlockDiagonal_${type}_${space_name})
           endif()
         elseif(subject STREQUAL "ParaGRUHeads")
-          # Heads of up to 32 x 32 dense maps: on a device each piece is tens of seconds of nvcc.
-          set(unit ${name})
+          if(kind MATCHES "^newton_(solve|fused)$")
+            set(unit ${name})
+          else()
+            set(unit newton_pieces_${subject_name}_${type}_${space_name})
+          endif()
         else()
           set(unit newton_${subject_name}_${type}_${space_name})
         endif()
@@ -302,9 +296,14 @@ function(paraseq_generate_instances sources_var)
           foreach(tag IN LISTS PARASEQ_ETI_DEVICE_SCAN_KERNELS)
             set(kernel "struct paraseq::detail::ScanKernel<${scan}, paraseq::detail::${tag}>")
             string(APPEND externs_${group} "extern template ${kernel};\n")
-            string(REPLACE "Tag" "" tag_name ${tag})
-            paraseq_write_unit(${name}_${tag_name} ${header_${group}} "template ${kernel};")
-            list(APPEND sources ${PROJECT_BINARY_DIR}/eti/${name}_${tag_name}.cpp)
+            # The head GRU's exact scans (dense maps, few groups) compile both kernels in about 20 s.
+            if(subject STREQUAL "ParaGRUHeads" AND NOT kind MATCHES "_quasi")
+              set(kernel_unit ${name}_kernels)
+            else()
+              string(REPLACE "Tag" "" tag_name ${tag})
+              set(kernel_unit ${name}_${tag_name})
+            endif()
+            paraseq_group_instance(${kernel_unit} ${header_${group}} "template ${kernel};")
           endforeach()
         endif()
       endforeach()
@@ -328,7 +327,7 @@ function(paraseq_generate_instances sources_var)
             foreach(stepping IN LISTS steppings)
               paraseq_loop_instance(instance ${kind} "${field_type}" ${parameters} ${method} ${type} ${space} ${stepping})
               string(APPEND externs_loops "extern template ${instance};\n")
-              paraseq_loop_unit(unit ${kind} ${field_name} ${state_size} ${method} ${type} ${space} ${stepping})
+              paraseq_loop_unit(unit ${kind} ${field_name} ${state_size} ${method} ${type} ${space})
               paraseq_group_instance(${unit} loops/integrate.hpp "template ${instance};")
             endforeach()
           endforeach()

@@ -17,7 +17,9 @@
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
 # here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets), in that order, on
 # an idle host; compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode) comes last,
-# unless PARASEQ_COMPARE_ODE=0. BASELINE_TAR, a
+# unless PARASEQ_COMPARE_ODE=0. PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names
+# the compare.py sections to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and
+# PARASEQ_PYTEST_CUDA_SECONDS (default 420) limits test_cuda.py. BASELINE_TAR, a
 # `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
 # cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
 # the sources' commit in build-cost.json where this copy of the tree has other git metadata.
@@ -67,7 +69,7 @@ operators=$(date +%s.%N)
 # its wall time is an upper bound), in 4 processes (pytest-xdist): the compiled-path tests each compile
 # an extension with nvcc, which a lock shares between processes.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout 420 python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 &
+  timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-420}" python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 &
 pytest_pid=$!
 ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
@@ -104,17 +106,19 @@ PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH
   timeout 300 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
   >"$out/extension-compile.log" 2>&1 || true
 tail -n 3 "$out/extension-compile.log"
-bench "$build" "$out/bench.json"
+[[ ${PARASEQ_BENCH:-1} == 0 ]] || bench "$build" "$out/bench.json"
 compare() { # section time_limit_seconds [compare.py arguments]
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128
-compare scan 300
-compare user 300
-compare sweep 240
-compare head 240
+for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head}; do
+  case $section in
+  gru) compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
+  scan | user) compare "$section" 300 ;;
+  *) compare "$section" 240 ;;
+  esac
+done
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
 if [[ -n $baseline ]]; then # its build time is not measured
   (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&

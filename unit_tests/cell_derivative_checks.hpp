@@ -14,7 +14,8 @@
 
 namespace paraseq::test {
 
-// For every group of `cell` at (h, u): [2 g] = max |J - J_fd| (central differences of step) and
+// For every group of `cell` at (h, u): [2 g] = max |J - J_fd| (central differences of step; with a
+// cell's linearize_diagonal also its distance to linearize's f and J's diagonal) and
 // [2 g + 1] = max |vjp's dh - J^T mu|, both relative to the largest entry of J; on the host.
 // (The return type is spelled out: nvcc refuses an extended lambda in a function whose return type
 // is deduced.)
@@ -48,6 +49,14 @@ Kokkos::View<double*, Kokkos::HostSpace> cell_derivative_errors(const Cell& cell
             jacobian_error = Kokkos::fmax(jacobian_error, Kokkos::fabs(J[i * d + j] - (up[i] - down[i]) / (2 * step)));
             scale = Kokkos::fmax(scale, Kokkos::fabs(J[i * d + j]));
           }
+        }
+        if constexpr (paraseq::detail::has_cell_linearize_diagonal<Cell, double>) {
+          // The quasi Jacobian's own path: linearize's f and the diagonal of its J.
+          double f_diag[D], J_diag[D];
+          cell.linearize_diagonal(g, hg, ug, f_diag, J_diag);
+          for (int i = 0; i < d; ++i)
+            jacobian_error = Kokkos::fmax(jacobian_error, Kokkos::fmax(Kokkos::fabs(f_diag[i] - f[i]),
+                                                                       Kokkos::fabs(J_diag[i] - J[i * d + i])));
         }
         cell.vjp(g, hg, ug, mug, dh, du, dp);
         for (int j = 0; j < d; ++j) {

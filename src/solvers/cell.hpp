@@ -29,6 +29,13 @@
 //                                                   Acc* dh, Acc* du, Acc* dparams) const;
 //   };
 //
+// A cell whose Jacobian costs more than O(d^2) (ParaGRUHeads: O(d^3)) may also provide J's diagonal
+// alone, which the quasi Jacobian (NewtonJacobian::quasi) uses instead of linearize:
+//
+//     // f as in linearize and J_diag[i] = df_i / dh_i
+//     template <class Acc> KOKKOS_FUNCTION void linearize_diagonal(int g, const Acc* h, const Acc* u,
+//                                                                  Acc* f, Acc* J_diag) const;
+//
 // A cell with a dense structure whose state splits into several dense groups (ParaGRUHeads' heads)
 // declares their size, d <= the structure's bound, on the host: `int group_size() const;`. Without
 // it a dense cell's one group is the whole state.
@@ -81,6 +88,10 @@ concept has_cell_step = requires(const Cell& cell, int g, const Acc* in, Acc* ou
 template <class Cell, class Acc>
 concept has_cell_linearize =
     requires(const Cell& cell, int g, const Acc* in, Acc* out) { cell.linearize(g, in, in, out, out); };
+
+template <class Cell, class Acc>
+concept has_cell_linearize_diagonal =
+    requires(const Cell& cell, int g, const Acc* in, Acc* out) { cell.linearize_diagonal(g, in, in, out, out); };
 
 template <class Cell, class Acc>
 concept has_cell_vjp =

@@ -185,22 +185,13 @@ struct ParaGRUHeads {
   // with z' = z (1 - z), r' = r (1 - r), c' = 1 - c^2.
   template <class Acc>
   KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
-    const int d = int(a.extent(2));
-    Acc z[max_head_size], r[max_head_size], q[max_head_size], s[max_head_size];
-    gates(g, h, u, z, r, q);
-    for (int k = 0; k < d; ++k) s[k] = q[k] * (Acc(1) - r[k]);
-    for (int i = 0; i < d; ++i) {
-      Acc pre_c = u[2 * d + i];
-      for (int k = 0; k < d; ++k) pre_c += q[k] * Acc(a(2, g, k, i));
-      const Acc c = detail::tanh(pre_c);
-      f[i] = h[i] + z[i] * (c - h[i]);
-      const Acc via_z = (c - h[i]) * z[i] * (Acc(1) - z[i]), via_c = z[i] * (Acc(1) - c * c);
-      for (int j = 0; j < d; ++j) {
-        Acc dq = Acc(a(2, g, j, i)) * r[j];
-        for (int k = 0; k < d; ++k) dq += Acc(a(1, g, j, k)) * s[k] * Acc(a(2, g, k, i));
-        J[i * d + j] = (i == j ? Acc(1) - z[i] : Acc(0)) + via_z * Acc(a(0, g, j, i)) + via_c * dq;
-      }
-    }
+    linearize_rows<false>(g, h, u, f, J);
+  }
+
+  // f and J's diagonal alone, in O(d^2) rather than linearize's O(d^3): the quasi Jacobian.
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize_diagonal(int g, const Acc* h, const Acc* u, Acc* f, Acc* J_diag) const {
+    linearize_rows<true>(g, h, u, f, J_diag);
   }
 
   template <class Acc>
@@ -232,6 +223,27 @@ struct ParaGRUHeads {
   }
 
 private:
+  // linearize's f and J, or (DiagonalOnly) f and J_ii alone.
+  template <bool DiagonalOnly, class Acc>
+  KOKKOS_INLINE_FUNCTION void linearize_rows(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+    const int d = int(a.extent(2));
+    Acc z[max_head_size], r[max_head_size], q[max_head_size], s[max_head_size];
+    gates(g, h, u, z, r, q);
+    for (int k = 0; k < d; ++k) s[k] = q[k] * (Acc(1) - r[k]);
+    for (int i = 0; i < d; ++i) {
+      Acc pre_c = u[2 * d + i];
+      for (int k = 0; k < d; ++k) pre_c += q[k] * Acc(a(2, g, k, i));
+      const Acc c = detail::tanh(pre_c);
+      f[i] = h[i] + z[i] * (c - h[i]);
+      const Acc via_z = (c - h[i]) * z[i] * (Acc(1) - z[i]), via_c = z[i] * (Acc(1) - c * c);
+      for (int j = DiagonalOnly ? i : 0; j < (DiagonalOnly ? i + 1 : d); ++j) {
+        Acc dq = Acc(a(2, g, j, i)) * r[j];
+        for (int k = 0; k < d; ++k) dq += Acc(a(1, g, j, k)) * s[k] * Acc(a(2, g, k, i));
+        J[DiagonalOnly ? i : i * d + j] = (i == j ? Acc(1) - z[i] : Acc(0)) + via_z * Acc(a(0, g, j, i)) + via_c * dq;
+      }
+    }
+  }
+
   // The update and reset gates z, r of head g and q = h r, the reset-scaled state that feeds A_c.
   template <class Acc>
   KOKKOS_INLINE_FUNCTION void gates(int g, const Acc* h, const Acc* u, Acc* z, Acc* r, Acc* q) const {

@@ -70,6 +70,7 @@ struct Iterate {
 template <class Acc, class Cell, bool Quasi, class UView, class Iterate, class HOut>
 struct NewtonLinearization {
   static constexpr int D = cell_group_bound<Cell>;
+  static constexpr int jacobian_size = Quasi ? D : D * D; // operands' J: d x d, or its diagonal with Quasi
   Cell cell;
   UView u;
   Iterate old;
@@ -79,29 +80,39 @@ struct NewtonLinearization {
 
   KOKKOS_INLINE_FUNCTION int cell_group(int g) const { return Quasi ? g / d : g; }
 
-  // f(h^k_{t-1}, u_t), J and h^k_t of the cell group holding scan group g.
+  // f(h^k_{t-1}, u_t), h^k_t and the Jacobian of the cell group holding scan group g: J (d x d),
+  // or with Quasi its diagonal, from the cell's linearize_diagonal where it has one (cell.hpp).
   KOKKOS_INLINE_FUNCTION void operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
     Acc h_prev[D], in[Cell::max_inputs_per_group];
     old.template load<Acc>(b, t - 1, cell_group(g), h_prev);
     old.template load<Acc>(b, t, cell_group(g), h_t);
     gather_inputs<Acc>(cell, u, b, t, cell_group(g), in);
-    cell.linearize(cell_group(g), h_prev, in, f, J);
+    if constexpr (!Quasi) {
+      cell.linearize(cell_group(g), h_prev, in, f, J);
+    } else if constexpr (has_cell_linearize_diagonal<Cell, Acc>) {
+      cell.linearize_diagonal(cell_group(g), h_prev, in, f, J);
+    } else {
+      Acc full[D * D];
+      cell.linearize(cell_group(g), h_prev, in, f, full);
+      for (int i = 0; i < d; ++i) J[i] = full[i * (d + 1)];
+    }
   }
+
   KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {
     for (int i = 0; i < (Quasi ? 1 : d); ++i) x[i] = Acc(0);
   }
   KOKKOS_INLINE_FUNCTION void linear(int b, int t, int g, const Acc* x, Acc* y) const {
-    Acc f[D], J[D * D], h_t[D];
+    Acc f[D], J[jacobian_size], h_t[D];
     operands(b, t, g, f, J, h_t);
-    if constexpr (Quasi) y[0] = J[(g % d) * (d + 1)] * x[0];
+    if constexpr (Quasi) y[0] = J[g % d] * x[0];
     else small_matvec(d, J, x, y, false);
   }
   KOKKOS_INLINE_FUNCTION void affine(int b, int t, int g, const Acc* x, Acc* y) const {
-    Acc f[D], J[D * D], h_t[D];
+    Acc f[D], J[jacobian_size], h_t[D];
     operands(b, t, g, f, J, h_t);
     if constexpr (Quasi) {
       const int i = g % d;
-      y[0] = J[i * (d + 1)] * x[0] + f[i] - h_t[i];
+      y[0] = J[i] * x[0] + f[i] - h_t[i];
     } else {
       small_matvec(d, J, x, y, false);
       for (int i = 0; i < d; ++i) y[i] += f[i] - h_t[i];
@@ -110,11 +121,11 @@ struct NewtonLinearization {
   // The whole map from one linearisation: L = J (column-major, stride MapD), c = f - h_t.
   template <int MapD>
   KOKKOS_INLINE_FUNCTION void step_map(int b, int t, int g, Acc* map) const {
-    Acc f[D], J[D * D], h_t[D];
+    Acc f[D], J[jacobian_size], h_t[D];
     operands(b, t, g, f, J, h_t);
     if constexpr (Quasi) {
       const int i = g % d;
-      map[0] = J[i * (d + 1)];
+      map[0] = J[i];
       map[MapD * MapD] = f[i] - h_t[i];
     } else {
       for (int j = 0; j < d; ++j)

@@ -87,7 +87,8 @@ TYPED_TEST(HeadCells, JacobianAndVjpMatchFiniteDifferences) {
   }
 }
 
-// Every mode against the loop, from a random h0, with heads of 4 channels and of the bound, 32.
+// Every mode, and the quasi Jacobian, against the loop, from a random h0, with heads of 4 channels and
+// of the bound, 32.
 TYPED_TEST(HeadCells, ModesMatchTheSequentialLoop) {
   using Space = TypeParam;
   for (int d : {4, 32}) {
@@ -111,6 +112,16 @@ TYPED_TEST(HeadCells, ModesMatchTheSequentialLoop) {
       EXPECT_EQ(stats.mode, mode);
       EXPECT_LE(max_relative_error(h, reference), 1e-12) << "d_head " << d << ", mode " << int(mode);
     }
+    // The quasi Jacobian (J's diagonal, from linearize_diagonal): linear convergence, exact after
+    // at most T iterations.
+    NewtonConfig quasi;
+    quasi.mode = NewtonMode::newton;
+    quasi.jacobian = NewtonJacobian::quasi;
+    quasi.max_iters = T_steps;
+    quasi.residual_atol = 1e-14;
+    Kokkos::deep_copy(h, NAN);
+    newton_solve(Space{}, cell, u, h, quasi, h0);
+    EXPECT_LE(max_relative_error(h, reference), 1e-12) << "d_head " << d << ", quasi Jacobian";
   }
 }
 

@@ -6,9 +6,12 @@ For each number of ranks and each workload the script times every rank's call (w
 median of --repetitions calls after a first one) and, inside it, the collectives: each all_gather and all_reduce of
 torch.distributed is wrapped to time it and to count the bytes this rank contributes, by what it carries (the
 agreement of the arguments, the scans' maps, the Newton iterate's boundary state, the reductions of the residual
-and of the need of an adjoint). "local" is the rest of the call: the slice's own work. A collective's time includes
-waiting for the slowest rank, so on an oversubscribed machine (more ranks than cores) it also measures the others'
-compute. Each rank also checks its slice against the one-process result (the largest difference is in the report).
+and of the need of an adjoint). "local" is the rest of the call: the slice's own work. A collective's time inside
+the call includes waiting for the ranks that reach it later (the scan's ranks wait for the maps of the ranks before
+them), so the script also replays the call's collectives alone, each after a barrier, on tensors of the same sizes:
+"transfer" is their sum, the cost of moving the bytes. Every process runs one thread (OMP_NUM_THREADS=1, also the
+one-process reference); with more ranks than cores the ranks share cores. Each rank also checks its slice against
+the one-process result (the largest difference is in the report).
 
 Workloads: linear_scan (diagonal, float64, B x T x N) and newton_apply of a ParaGRU (float64, B x T x H, a fixed
 number of Newton iterations: NewtonConfig(max_iters=K, residual_fail=None)); the one-process reference is the same
@@ -21,6 +24,8 @@ call without process_group (for ParaGRU: its C++ operator, and the general path 
 import argparse
 import json
 import os
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before paraseq starts Kokkos: one thread per process, ranks and reference
 import platform
 import statistics
 import subprocess
@@ -49,12 +54,24 @@ class CollectiveLog:
         self.reset()
 
     def reset(self):
-        self.seconds, self.bytes, self.calls = {}, {}, {}
+        self.seconds, self.bytes, self.calls, self.collectives = {}, {}, {}, []
 
-    def add(self, carrier, seconds, sent):
+    def add(self, carrier, seconds, sent, replay):
         self.seconds[carrier] = self.seconds.get(carrier, 0.0) + seconds
-        self.bytes[carrier] = self.bytes.get(carrier, 0) + sent
+        self.bytes[carrier] = self.bytes.get(carrier, 0) + sent.numel() * sent.element_size()
         self.calls[carrier] = self.calls.get(carrier, 0) + 1
+        self.collectives.append((carrier, replay, torch.zeros_like(sent)))
+
+
+def transfer_seconds(collectives, barrier):
+    """Each logged collective again, alone after a barrier, on zeros of its size: seconds by carrier."""
+    seconds = {}
+    for carrier, replay, tensor in collectives:
+        barrier()
+        begin = time.perf_counter()
+        replay(tensor)
+        seconds[carrier] = seconds.get(carrier, 0.0) + time.perf_counter() - begin
+    return seconds
 
 
 def wrap_collectives(log):
@@ -69,17 +86,22 @@ def wrap_collectives(log):
             frame = frame.f_back
         return "other"
 
-    def timed(collective):
-        def run(tensor_or_list, tensor=None, **kwargs):
-            sent = tensor if tensor is not None else tensor_or_list
-            begin = time.perf_counter()
-            result = collective(tensor_or_list, tensor, **kwargs) if tensor is not None else \
-                collective(tensor_or_list, **kwargs)
-            log.add(carrier(), time.perf_counter() - begin, sent.numel() * sent.element_size())
-            return result
-        return run
+    all_gather, all_reduce = dist.all_gather, dist.all_reduce
 
-    dist.all_gather, dist.all_reduce = timed(dist.all_gather), timed(dist.all_reduce)
+    def timed_all_gather(tensors, tensor, **kwargs):
+        begin = time.perf_counter()
+        result = all_gather(tensors, tensor, **kwargs)
+        replay = lambda zeros: all_gather([torch.empty_like(zeros) for _ in tensors], zeros, **kwargs)
+        log.add(carrier(), time.perf_counter() - begin, tensor, replay)
+        return result
+
+    def timed_all_reduce(tensor, **kwargs):
+        begin = time.perf_counter()
+        result = all_reduce(tensor, **kwargs)
+        log.add(carrier(), time.perf_counter() - begin, tensor, lambda zeros: all_reduce(zeros, **kwargs))
+        return result
+
+    dist.all_gather, dist.all_reduce = timed_all_gather, timed_all_reduce
 
 
 def slice_of(tensor, rank, ranks):
@@ -167,7 +189,7 @@ def worker(rank, ranks, init_file, out_dir, args):
         with torch.no_grad():
             got = call()
             error = (got - expected).abs().max().item() if got.numel() else 0.0
-            total, collective, local, calls = [], {}, [], {}
+            total, collective, local, transfer = [], {}, [], {}
             for _ in range(args.repetitions):
                 dist.barrier()
                 log.reset()
@@ -178,10 +200,13 @@ def worker(rank, ranks, init_file, out_dir, args):
                 local.append(elapsed - sum(log.seconds.values()))
                 for carrier, seconds in log.seconds.items():
                     collective.setdefault(carrier, []).append(seconds)
-                calls, sent = dict(log.calls), dict(log.bytes)
+                calls, sent, collectives = dict(log.calls), dict(log.bytes), log.collectives
+                for carrier, seconds in transfer_seconds(collectives, dist.barrier).items():
+                    transfer.setdefault(carrier, []).append(seconds)
         rows.append({"workload": name, **shape, "rank": rank, "steps_on_rank": got.shape[1],
                      "median_s": statistics.median(total), "local_s": statistics.median(local),
                      "collective_s": {carrier: statistics.median(v) for carrier, v in collective.items()},
+                     "transfer_s": {carrier: statistics.median(v) for carrier, v in transfer.items()},
                      "collective_calls": calls, "bytes_sent": sent, "max_abs_error_vs_one_process": error})
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as file:
         json.dump(rows, file)
@@ -190,7 +215,6 @@ def worker(rank, ranks, init_file, out_dir, args):
 
 def run_ranks(ranks, args):
     with tempfile.TemporaryDirectory() as out_dir:
-        os.environ["OMP_NUM_THREADS"] = "1"
         mp.start_processes(worker, args=(ranks, os.path.join(out_dir, "init"), out_dir, args), nprocs=ranks,
                            start_method="spawn")
         per_rank = []
@@ -211,6 +235,8 @@ def summarise(per_rank, ranks):
         row.update({"ranks": ranks, "median_s": slowest["median_s"], "slowest_rank": slowest["rank"],
                     "collective_s": sum(slowest["collective_s"].values()), "local_s": slowest["local_s"],
                     "collective_s_by_carrier": slowest["collective_s"],
+                    "transfer_s": max(sum(r["transfer_s"].values()) for r in ranks_rows),
+                    "transfer_s_by_carrier": slowest["transfer_s"],
                     "bytes_sent_per_rank": max((r["bytes_sent"] for r in ranks_rows),
                                                key=lambda sent: sum(sent.values())),
                     "collective_calls": slowest["collective_calls"],
@@ -234,12 +260,13 @@ def one_process(args):
 
 
 def print_table(results):
-    print(f"{'workload':44} {'T':>6} {'ranks':>5} {'call ms':>9} {'collect ms':>10} {'local ms':>9} {'bytes/rank':>10}")
+    print(f"{'workload':44} {'T':>6} {'ranks':>5} {'call ms':>9} {'collect ms':>10} {'transfer ms':>11} "
+          f"{'local ms':>9} {'bytes/rank':>10}")
     for row in results:
         sent = sum(row.get("bytes_sent_per_rank", {}).values())
         print(f"{row['workload']:44} {row['T']:>6} {row['ranks'] or 'one':>5} {1e3 * row['median_s']:>9.2f} "
-              f"{1e3 * row.get('collective_s', 0.0):>10.2f} {1e3 * row.get('local_s', row['median_s']):>9.2f} "
-              f"{sent:>10}")
+              f"{1e3 * row.get('collective_s', 0.0):>10.2f} {1e3 * row.get('transfer_s', 0.0):>11.2f} "
+              f"{1e3 * row.get('local_s', row['median_s']):>9.2f} {sent:>10}")
 
 
 def sizes(text):
@@ -256,7 +283,7 @@ def main():
     parser.add_argument("--gru-B", type=int, default=8)
     parser.add_argument("--gru-H", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=3, help="the Newton iterations of every solve (fixed)")
-    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--repetitions", type=int, default=7)
     parser.add_argument("--machine", default=f"{platform.machine()}, {os.cpu_count()} cores")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 ranks, 2 repetitions")
     parser.add_argument("--out", default=None)

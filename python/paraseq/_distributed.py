@@ -36,6 +36,11 @@ DTYPE_CODES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 STRUCTURE_CODES = ("diag", "block", "dense", "block2", "block4")
 DEVICE_TYPE_CODES = ("cpu", "cuda")
 AGREEMENT_WIDTH = 24  # the int64 values each rank sends to agree(): 5 and at most 19 arguments
+# AFTER: the operators' argument `after`, not read, is the result of the collective that the
+# program runs before this one. A data dependency is what keeps a compiled graph (inductor) from
+# reordering collectives whose inputs are otherwise independent, and group rank 0's graph differs
+# from the others' (it takes h0 where they take the boundary state), so a reordering could differ
+# between ranks and pair mismatched collectives.
 
 
 # ---- the group and the agreement between ranks ----------------------------------------------------
@@ -201,10 +206,12 @@ def _all_gather(tensor, group):
 
 
 @torch.library.custom_op("paraseq::distributed_max", mutates_args=())
-def global_max(tensor: torch.Tensor, group_name: str, first_must_agree: str) -> torch.Tensor:
+def global_max(tensor: torch.Tensor, group_name: str, first_must_agree: str,
+               after: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The elementwise max over the ranks (exact, so the same bits on every rank). With
     first_must_agree (a message), the ranks' tensor[0] must be equal: each sends -tensor[0] too,
-    and every rank raises RuntimeError(first_must_agree) alike when max(-x) != -max(x)."""
+    and every rank raises RuntimeError(first_must_agree) alike when max(-x) != -max(x). after:
+    see AFTER."""
     checked = bool(first_must_agree)
     result = torch.cat([tensor, -tensor[:1]]) if checked else tensor.clone()
     dist.all_reduce(result, op=dist.ReduceOp.MAX, group=_group(group_name))
@@ -216,7 +223,7 @@ def global_max(tensor: torch.Tensor, group_name: str, first_must_agree: str) -> 
 
 
 @global_max.register_fake
-def _global_max_fake(tensor, group_name, first_must_agree):
+def _global_max_fake(tensor, group_name, first_must_agree, after=None):
     return torch.empty_like(tensor)
 
 
@@ -363,14 +370,15 @@ SCAN_SECOND_DERIVATIVE_REFUSED = (
 @torch.library.custom_op("paraseq::distributed_linear_scan", mutates_args=())
 def distributed_linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor],
                             anchor: Optional[torch.Tensor], structure: str, reverse: bool, group_name: str,
-                            agreement: bool, grad_enabled: bool, needs_grad: bool,
-                            grads_must_agree: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                            agreement: bool, grad_enabled: bool, needs_grad: bool, grads_must_agree: bool,
+                            after: Optional[torch.Tensor] = None,
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """scan() as one opaque operator: (h, entering, leaving, grad_anywhere). With agreement (a call of
     linear_scan), this rank's arguments are checked and the ranks agree first (agree()): the
     operator's own checks run here on real tensors, also under torch.compile, before any other
     collective; grad_anywhere (a 0-d bool) is then whether any rank's inputs require grad. Without
     (the Newton solve's scans, agreed once per call), grad_anywhere is False. anchor (grad_anchor)
-    is not read: it makes this rank's result require grad."""
+    is not read: it makes this rank's result require grad. after: see AFTER."""
     group = _group(group_name)
     grad_anywhere = False
     if agreement:
@@ -393,7 +401,7 @@ def distributed_linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch
 
 @distributed_linear_scan.register_fake
 def _distributed_linear_scan_fake(A, b, h0, anchor, structure, reverse, group_name, agreement, grad_enabled,
-                                  needs_grad, grads_must_agree):
+                                  needs_grad, grads_must_agree, after=None):
     work = torch.float32 if b.dtype in HALF_TYPES else b.dtype
     # Shapes only; wrong ones pass here and are refused at run time, on every rank alike, by the agreement.
     B, N = b.shape[0], b.shape[-1]
@@ -454,7 +462,7 @@ def _scan_backward(ctx, grad_h, *unused):
         refuse = lambda value: RefuseSecondDerivative.apply(value, SCAN_SECOND_DERIVATIVE_REFUSED, anchor)
         grad_A, grad_b = refuse(grad_A), refuse(grad_b)
         grad_h0 = refuse(grad_h0) if grad_h0 is not None else None
-    return grad_A, grad_b, grad_h0, None, None, None, None, None, None, None, None
+    return grad_A, grad_b, grad_h0, None, None, None, None, None, None, None, None, None
 
 
 distributed_linear_scan.register_autograd(_scan_backward, setup_context=_setup_scan_backward)
@@ -488,10 +496,11 @@ def linear_scan(A, b, h0, structure, reverse, group, check_local: Callable[[], N
 # ---- the general Newton path over the ranks --------------------------------------------------------
 
 @torch.library.custom_op("paraseq::distributed_boundary", mutates_args=())
-def distributed_boundary(last: torch.Tensor, rows: torch.Tensor, group_name: str) -> torch.Tensor:
+def distributed_boundary(last: torch.Tensor, rows: torch.Tensor, group_name: str,
+                         after: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The state entering this rank's slice: the last state of the nearest earlier rank with steps
     (rows: the agreement, column 1 the number of steps), that of group rank 0 when none has. Every
-    rank sends its last (an empty slice the state entering it)."""
+    rank sends its last (an empty slice the state entering it). after: see AFTER."""
     group = _group(group_name)
     gathered = _all_gather(last, group)
     counts = rows[:, 1].tolist()
@@ -500,7 +509,7 @@ def distributed_boundary(last: torch.Tensor, rows: torch.Tensor, group_name: str
 
 
 @distributed_boundary.register_fake
-def _distributed_boundary_fake(last, rows, group_name):
+def _distributed_boundary_fake(last, rows, group_name, after=None):
     return torch.empty_like(last)
 
 
@@ -519,6 +528,11 @@ class NewtonSlices:
     def __init__(self, slices: Slices):
         self.slices, self.group, self.rank = slices, slices.group, slices.rank
         self.group_name = slices.group.group_name
+        self.last_exchanged = slices.rows  # the result of the latest collective: AFTER
+
+    def exchanged(self, result: torch.Tensor) -> torch.Tensor:
+        self.last_exchanged = result
+        return result
 
     def entering(self, h: torch.Tensor, h0: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """The iterate's state before the slice's first step: group rank 0's h0 (None: zero), else the
@@ -531,16 +545,18 @@ class NewtonSlices:
             last = h0.detach().to(h.dtype)
         else:
             last = h.new_zeros((B, *h.shape[2:]))
-        before = distributed_boundary(last, self.slices.rows, self.group_name)
+        before = self.exchanged(distributed_boundary(last, self.slices.rows, self.group_name, self.last_exchanged))
         return h0 if self.rank == 0 else before
 
-    def scan(self, A, b, structure, reverse=False):
+    def scan(self, A, b, structure, reverse=False, ordered=True):
+        """ordered=False in a backward, a graph of its own: this object's tensors are the forward's."""
         h, entering, leaving, _ = distributed_linear_scan(A, b, None, None, structure, reverse, self.group_name,
-                                                          False, False, False, False)
-        return h, entering, leaving
+                                                          False, False, False, False,
+                                                          self.last_exchanged if ordered else None)
+        return (self.exchanged(h) if ordered else h), entering, leaving
 
     def max(self, tensor: torch.Tensor, first_must_agree: str = "") -> torch.Tensor:
-        return global_max(tensor, self.group_name, first_must_agree)
+        return self.exchanged(global_max(tensor, self.group_name, first_must_agree, self.last_exchanged))
 
     def needs_adjoint(self, needs_adjoint: bool, residual: Optional[torch.Tensor]):
         """(whether any rank needs the adjoint, the residual's max over the ranks), one all_reduce.
@@ -557,8 +573,10 @@ class NewtonSlices:
 
 
 # Collectives must run in the order the program calls them, on every rank, and none may be dropped
-# where its result is not used (group rank 0 takes h0, not distributed_boundary's result): ordered
-# effects keep torch.compile's graph passes from reordering or eliminating them.
+# where its result is not used (group rank 0 takes h0, not distributed_boundary's result). Ordered
+# effects keep torch.compile's graph passes from eliminating them; they did not keep inductor (torch
+# 2.14) from running group rank 0's scans before its agreement, whose results these scans do not
+# read: hence AFTER as well.
 for _collective in (distributed_agree, global_max, distributed_linear_scan, distributed_linear_scan_backward,
                     distributed_boundary):
     torch.library._register_effectful_op(_collective._qualname, torch._library.effects.EffectType.ORDERED)

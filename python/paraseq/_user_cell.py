@@ -205,7 +205,7 @@ class _FixedPointAdjoint(torch.autograd.Function):
         if slices is None:
             adjoint = linear_scan(A, grad_flat, None, layout.scan_structure, reverse=True)
         else:
-            adjoint, _, leaving = slices.scan(A, grad_flat, layout.scan_structure, reverse=True)
+            adjoint, _, leaving = slices.scan(A, grad_flat, layout.scan_structure, reverse=True, ordered=False)
             if ctx.h0_given and grad_h.shape[1] == 0:
                 grad_h0 = layout.from_scan(leaving.to(grad_h.dtype).unsqueeze(1)).squeeze(1)
         if torch.is_grad_enabled():  # create_graph=True: the result may be differentiated again

@@ -525,10 +525,10 @@ def graph_counts(function, *args):
     return explained.graph_count, explained.graph_break_count, [str(reason.reason) for reason in explained.break_reasons]
 
 
-def eager_and_compiled(function, inputs, weight, params=()):
+def eager_and_compiled(function, inputs, weight, params=(), backend="aot_eager"):
     """{"eager": ..., "compiled": ...}: h and the gradients of sum(h * weight) with respect to the inputs
     that require grad, then params (this rank's part), from function and its fullgraph compilation."""
-    compiled = torch.compile(function, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(function, fullgraph=True, backend=backend)
     runs = {}
     for name, run in (("eager", function), ("compiled", compiled)):
         leaves = [t.detach().clone().requires_grad_(t.requires_grad) if t is not None else None for t in inputs]
@@ -567,6 +567,10 @@ def compiled_cases(rank):
         newton = lambda x, h0, cell=cell: newton_apply(cell, x, USER_CONFIG, h0=h0, process_group=group)
         results["graphs", f"user {kind} with grad"] = graph_counts(newton, leaf(x_r), maybe_h0(h0))
         results[f"user_{kind}"] = eager_and_compiled(newton, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()))
+    # The default backend, inductor, reorders operators that do not depend on each other's results:
+    # the collectives must still pair up across ranks (group rank 0's graph differs, it takes h0).
+    results["inductor"] = eager_and_compiled(newton, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()),
+                                             backend="inductor")
 
     cell, x, h0, w = builtin_case("gru", 31)
     x_r, w_r = piece(x, COMPILE_NEWTON_SPLIT, rank), piece(w, COMPILE_NEWTON_SPLIT, rank)
@@ -671,6 +675,16 @@ def test_compiled_distributed_calls_equal_one_process(compiled_ranks):
         for index, p in enumerate(cell.parameters()):
             total = sum(r[call]["compiled"]["param_grads"][index] for r in compiled_ranks)
             assert_close(total, p.grad, f"{call} grad of parameter {index}")
+
+
+def test_inductor_compiled_newton_equals_eager(compiled_ranks):
+    """Inductor generates its own kernels for the cell's step: equal to rounding, not bitwise."""
+    for rank, results in enumerate(compiled_ranks):
+        eager, compiled = results["inductor"]["eager"], results["inductor"]["compiled"]
+        assert_close(compiled["h"], eager["h"], f"h on rank {rank}")
+        for field in ("grads", "param_grads"):
+            for index, (expected, got) in enumerate(zip(eager[field], compiled[field], strict=True)):
+                assert_close(got, expected, f"{field}[{index}] on rank {rank}")
 
 
 def test_compiled_newton_runs_max_iters_without_the_residual_early_stop(compiled_ranks):

@@ -816,8 +816,9 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         B x state values) and the linear solve is a distributed linear_scan. h0 is given on group
         rank 0 only. Every rank must call with the same B, state size, dtype, device type, cell
         structure and cfg; cfg.scan_backend "auto" or "newton". When any rank's result requires
-        grad, every rank's does and every rank must run the backward (it is collective). None: one
-        process.
+        grad, every rank's does and every rank must run the backward (it is collective). Under
+        torch.compile the exchanges are opaque operators (no graph break, a fixed max_iters), and
+        the ranks' results must all require grad or none. None: one process.
 
     Returns
     -------

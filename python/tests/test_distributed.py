@@ -578,6 +578,17 @@ def compiled_cases(rank):
     results["graphs", "ParaGRU"] = graph_counts(gru, x_r, h0 if rank == 0 else None)
     results["graphs", "ParaGRU with grad"] = graph_counts(gru, leaf(x_r), maybe_h0(h0))
     results["gru"] = eager_and_compiled(gru, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()))
+    lstm, x, (h0, c0), _ = builtin_case("lstm", 32)
+    state0 = (leaf(h0), leaf(c0)) if rank == 0 else None
+    results["graphs", "ParaLSTM with grad"] = graph_counts(lambda x, state0: lstm(x, state0, process_group=group),
+                                                           leaf(piece(x, COMPILE_NEWTON_SPLIT, rank)), state0)
+
+    # Only group rank 0's h0 requires grad (the cell frozen): a compiled graph refuses on every rank.
+    frozen, x, h0, _ = user_cell_case("block2", 22)
+    frozen.requires_grad_(False)
+    results["adjoint on one rank"] = caught(lambda: torch.compile(
+        lambda x, h0: newton_apply(frozen, x, USER_CONFIG, h0=h0, process_group=group), fullgraph=True,
+        backend="aot_eager")(piece(x, COMPILE_NEWTON_SPLIT, rank), maybe_h0(h0)))
 
     # residual_atol is eager-only: a compiled graph runs max_iters iterations.
     cell, x, h0, _ = user_cell_case("dense", 23)
@@ -700,6 +711,13 @@ def test_compiled_scan_refuses_inputs_that_require_grad_on_some_ranks_only(compi
         kind, message = results["grads on one rank"]
         assert kind == "RuntimeError" and "under torch.compile, inputs that require grad: True on group rank 0, " \
             "False on group rank 1, expected the same on every rank" in message, (kind, message)
+
+
+def test_compiled_newton_refuses_an_adjoint_needed_on_some_ranks_only(compiled_ranks):
+    for results in compiled_ranks:
+        kind, message = results["adjoint on one rank"]
+        assert kind == "RuntimeError" and "newton_apply: under torch.compile, the solution needs its gradient on " \
+            "some ranks of 'process_group' and not on others" in message, (kind, message)
 
 
 def test_opcheck_of_the_distributed_operators(compiled_ranks):

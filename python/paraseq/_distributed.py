@@ -12,6 +12,11 @@ maps are small (B x [N, N k or N^2] + B x N values per rank).
 The rank that starts the recurrence (group rank 0; the last rank for reverse=True) runs its slice
 once, from h0, and the one that ends it once, from the state entering it (its own map is never
 needed); those between run it twice: from zero for their map, then from the state entering them.
+
+Every exchange runs inside a custom operator (torch.ops.paraseq.distributed_*), which takes the
+group by its name (ProcessGroup.group_name): torch.compile sees each as one opaque node with a
+shape-only fake kernel, and the host reads of the exchanged values (the agreement, the counts of
+steps) happen inside the operators, so a compiled function has no graph break.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -31,6 +36,11 @@ DTYPE_CODES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 STRUCTURE_CODES = ("diag", "block", "dense", "block2", "block4")
 DEVICE_TYPE_CODES = ("cpu", "cuda")
 AGREEMENT_WIDTH = 24  # the int64 values each rank sends to agree(): 5 and at most 19 arguments
+# AFTER: the operators' argument `after`, not read, is the result of the collective that the
+# program runs before this one. A data dependency is what keeps a compiled graph (inductor) from
+# reordering collectives whose inputs are otherwise independent, and group rank 0's graph differs
+# from the others' (it takes h0 where they take the boundary state), so a reordering could differ
+# between ranks and pair mismatched collectives.
 
 
 # ---- the group and the agreement between ranks ----------------------------------------------------
@@ -51,13 +61,21 @@ def check_group(function: str, process_group) -> None:
 
 @dataclass(frozen=True)
 class Agreed:
-    """One argument property that every rank must share: its name in the message, what it is, its
-    value as an int, how to print that int, and the exception type of a mismatch."""
+    """One argument property that every rank must share: its name in the message, what it is, how
+    to print its value (an int), and the exception type of a mismatch."""
     argument: str
     what: str
-    value: int
     describe: Callable[[int], str] = str
     error: type = ValueError
+
+
+# The properties each function's ranks agree on, in the order of the values they send: looked up by
+# the function's name inside the agreement operator, which takes no Python objects.
+AGREEMENTS = {}
+
+
+def register_agreement(function: str, entries: Sequence[Agreed]) -> None:
+    AGREEMENTS[function] = tuple(entries)
 
 
 def describe_bool(code: int) -> str:
@@ -97,45 +115,88 @@ def device_code(device: torch.device) -> int:
 
 
 class Slices:
-    """This rank's place in the group and every rank's number of steps, after the ranks agreed."""
+    """This rank's place in the group and the agreement: rows [ranks, AGREEMENT_WIDTH] int64, each
+    rank's row (column 1 its number of steps)."""
 
-    def __init__(self, group, counts: List[int], grad_anywhere: bool):
-        self.group, self.counts, self.grad_anywhere = group, counts, grad_anywhere
+    def __init__(self, group, rows: torch.Tensor):
+        self.group, self.rows = group, rows
         self.rank = dist.get_rank(group)
 
 
-def agree(function: str, group, device: torch.device, local_error: Optional[BaseException],
-          entries: Sequence[Agreed], steps: int, has_h0: bool, needs_grad: bool) -> Slices:
-    """all_gathers a small int64 tensor of every rank's arguments and raises on every rank alike
-    (so that no rank waits in a collective the others never reach): this rank's own error, or the
-    group rank whose arguments were refused, or the first argument on which the ranks differ, or an
-    h0 given on a rank other than group rank 0."""
-    local = [0 if local_error is None else 1, steps, int(has_h0), int(needs_grad), int(torch.is_grad_enabled())]
-    local += [entry.value for entry in entries] if local_error is None else []
-    local += [0] * (AGREEMENT_WIDTH - len(local))  # one size on every rank, whatever failed where
-    rows = torch.stack(_all_gather(torch.tensor(local, dtype=torch.int64, device=device), group)).tolist()
+def agree(function: str, group, device: torch.device, local_error: Optional[BaseException], values: Sequence[int],
+          steps: int, has_h0: bool, grad_enabled: bool, needs_grad: bool, grads_must_agree: bool = False) -> Slices:
+    """The ranks exchange their arguments (values, in the order of AGREEMENTS[function]) and raise on
+    every rank alike (exchange_and_check), so that no rank waits in a collective the others never
+    reach: a rank whose own arguments were refused raises its own error (local_error) after the
+    exchange, the others name it. grad_enabled: the caller's grad mode (an operator runs without)."""
+    row = agreement_row(local_error, values, steps, has_h0, grad_enabled, needs_grad).to(device)
     if local_error is not None:
+        _all_gather(row, group)  # the collective the others run inside the operator
         raise local_error
-    refused = [rank for rank, row in enumerate(rows) if row[0]]
+    return Slices(group, distributed_agree(row, function, group.group_name, grads_must_agree))
+
+
+def agreement_row(local_error, values, steps, has_h0, grad_enabled, needs_grad) -> torch.Tensor:
+    local = [0 if local_error is None else 1, steps, int(has_h0), int(needs_grad), int(grad_enabled)]
+    local += list(values) if local_error is None else []
+    local += [0] * (AGREEMENT_WIDTH - len(local))  # one size on every rank, whatever failed where
+    return torch.tensor(local, dtype=torch.int64)
+
+
+def exchange_and_check(row: torch.Tensor, function: str, group, grads_must_agree: bool) -> torch.Tensor:
+    """all_gathers the agreement rows and raises on every rank alike: the group rank whose arguments
+    were refused, or the first argument on which the ranks differ, or an h0 given on a rank other
+    than group rank 0; with grads_must_agree (a compiled graph, which fixes whether its result
+    requires grad when it is traced) inputs that require grad on some ranks only."""
+    rows = torch.stack(_all_gather(row, group))
+    listed = rows.tolist()
+    refused = [rank for rank, values in enumerate(listed) if values[0]]
     if refused:
         raise ValueError(f"{function}: the arguments of group rank(s) {refused} were refused there (their error names "
                          "the argument); nothing was computed")
-    for column, entry in enumerate(entries, start=5):
-        values = [row[column] for row in rows]
+    for column, entry in enumerate(AGREEMENTS[function], start=5):
+        values = [values[column] for values in listed]
         if len(set(values)) > 1:
             given = ", ".join(f"{entry.describe(value)} on group rank {rank}" for rank, value in enumerate(values))
             raise entry.error(f"{function}: argument '{entry.argument}' has {entry.what} {given}, expected the same "
                               "on every rank of 'process_group' (only the number of steps T may differ)")
-    if len({row[4] for row in rows}) > 1:
-        modes = ", ".join(f"{bool(row[4])} on group rank {rank}" for rank, row in enumerate(rows))
+    if len({values[4] for values in listed}) > 1:
+        modes = ", ".join(f"{bool(values[4])} on group rank {rank}" for rank, values in enumerate(listed))
         raise RuntimeError(f"{function}: torch.is_grad_enabled() is {modes}, expected the same on every rank of "
                            "'process_group' (the backward is collective)")
-    late_h0 = [rank for rank, row in enumerate(rows) if row[2] and rank > 0]
+    if grads_must_agree and len({values[3] for values in listed}) > 1:
+        given = ", ".join(f"{bool(values[3])} on group rank {rank}" for rank, values in enumerate(listed))
+        raise RuntimeError(f"{function}: under torch.compile, inputs that require grad: {given}, expected the same on "
+                           "every rank of 'process_group' (a compiled graph fixes when it is traced whether its result "
+                           "requires grad, and every rank must join the collective backward); call it eagerly when "
+                           "only some ranks' inputs require grad")
+    late_h0 = [rank for rank, values in enumerate(listed) if values[2] and rank > 0]
     if late_h0:
         raise ValueError(f"{function}: argument 'h0' is given on group rank(s) {late_h0}, expected None there: h0 is "
                          "the state before the global t = 0, given on group rank 0 only; the state entering each "
                          "other rank's slice comes from the ranks before it")
-    return Slices(group, [row[1] for row in rows], any(row[3] for row in rows))
+    return rows
+
+
+@torch.library.custom_op("paraseq::distributed_agree", mutates_args=())
+def distributed_agree(row: torch.Tensor, function: str, group_name: str, grads_must_agree: bool) -> torch.Tensor:
+    """The agreement (exchange_and_check) as one opaque operator: [ranks, AGREEMENT_WIDTH] int64."""
+    return exchange_and_check(row, function, _group(group_name), grads_must_agree)
+
+
+@distributed_agree.register_fake
+def _distributed_agree_fake(row, function, group_name, grads_must_agree):
+    return row.new_empty((_group_size(group_name), AGREEMENT_WIDTH))
+
+
+def _group(group_name: str):
+    """The ProcessGroup of a name (the operators take names: a ProcessGroup is no operator argument)."""
+    from torch.distributed.distributed_c10d import _resolve_process_group  # absent without torch.distributed
+    return _resolve_process_group(group_name)
+
+
+def _group_size(group_name: str) -> int:
+    return dist.get_world_size(_group(group_name))
 
 
 def _all_gather(tensor, group):
@@ -144,17 +205,33 @@ def _all_gather(tensor, group):
     return gathered
 
 
-def global_max(tensor: torch.Tensor, group) -> torch.Tensor:
-    """The elementwise max over the ranks (exact, so the same bits on every rank)."""
-    result = tensor.clone()
-    dist.all_reduce(result, op=dist.ReduceOp.MAX, group=group)
+@torch.library.custom_op("paraseq::distributed_max", mutates_args=())
+def global_max(tensor: torch.Tensor, group_name: str, first_must_agree: str,
+               after: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The elementwise max over the ranks (exact, so the same bits on every rank). With
+    first_must_agree (a message), the ranks' tensor[0] must be equal: each sends -tensor[0] too,
+    and every rank raises RuntimeError(first_must_agree) alike when max(-x) != -max(x). after:
+    see AFTER."""
+    checked = bool(first_must_agree)
+    result = torch.cat([tensor, -tensor[:1]]) if checked else tensor.clone()
+    dist.all_reduce(result, op=dist.ReduceOp.MAX, group=_group(group_name))
+    if checked:
+        if result[0].item() != -result[-1].item():
+            raise RuntimeError(first_must_agree)
+        return result[:-1].clone()
     return result
 
 
-def grad_anchor(anywhere: bool, locally: bool, device) -> Optional[torch.Tensor]:
-    """When some rank's inputs require grad and none of this rank's do, an empty leaf that does:
-    this rank's result then requires grad too, and its backward joins the collective backward."""
-    return torch.zeros(0, device=device, requires_grad=True) if anywhere and not locally else None
+@global_max.register_fake
+def _global_max_fake(tensor, group_name, first_must_agree, after=None):
+    return torch.empty_like(tensor)
+
+
+def grad_anchor(locally: bool, device) -> Optional[torch.Tensor]:
+    """When none of this rank's inputs requires grad, an empty leaf that does (for a call where some
+    rank's do): this rank's result then requires grad too, and its backward joins the collective
+    backward."""
+    return torch.zeros(0, device=device, requires_grad=True) if not locally else None
 
 
 # ---- the maps of the slices -----------------------------------------------------------------------
@@ -290,68 +367,158 @@ SCAN_SECOND_DERIVATIVE_REFUSED = (
     "Hessians, gradgradcheck, a gradient penalty's backward); without process_group, linear_scan has them")
 
 
-class DistributedLinearScan(torch.autograd.Function):
-    """The distributed scan with its backward, the distributed scan the other way: for h_t = A_t h_{t-1}
-    + b_t, lambda = the reverse scan of grad_h, grad_b = lambda, grad_A_t = lambda_t h_{t-1}^T and
-    grad_h0 = what group rank 0's slice passes on (A_0^T lambda_0); for reverse=True, mu = the
-    forward scan of grad, grad_b = mu and grad_A_t = lambda_t mu_{t-1}^T."""
+@torch.library.custom_op("paraseq::distributed_linear_scan", mutates_args=())
+def distributed_linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor],
+                            anchor: Optional[torch.Tensor], structure: str, reverse: bool, group_name: str,
+                            agreement: bool, grad_enabled: bool, needs_grad: bool, grads_must_agree: bool,
+                            after: Optional[torch.Tensor] = None,
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scan() as one opaque operator: (h, entering, leaving, grad_anywhere). With agreement (a call of
+    linear_scan), this rank's arguments are checked and the ranks agree first (agree()): the
+    operator's own checks run here on real tensors, also under torch.compile, before any other
+    collective; grad_anywhere (a 0-d bool) is then whether any rank's inputs require grad. Without
+    (the Newton solve's scans, agreed once per call), grad_anywhere is False. anchor (grad_anchor)
+    is not read: it makes this rank's result require grad. after: see AFTER."""
+    group = _group(group_name)
+    grad_anywhere = False
+    if agreement:
+        from .scan import _check_with_the_operator  # scan.py imports this module
+        error, values = None, []
+        try:
+            _check_with_the_operator(A, b, h0, structure, reverse)
+            values = [b.shape[0], b.shape[2], dtype_code(b.dtype), device_code(b.device),
+                      STRUCTURE_CODES.index(structure), A.shape[-1] if structure == "block" else 0, int(reverse)]
+        except (TypeError, ValueError, RuntimeError, IndexError) as raised:
+            error = raised
+        slices = agree("linear_scan", group, b.device, error, values, b.shape[1] if error is None else 0,
+                       h0 is not None, grad_enabled, needs_grad, grads_must_agree)
+        grad_anywhere = bool(slices.rows[:, 3].any())
+    with torch.no_grad():
+        h, entering, leaving = scan(A, b, h0, structure, reverse, group)
+    # An operator's outputs may not alias its inputs or each other: entering may be h0, leaving h's last step.
+    return h, entering.clone(), leaving.clone(), torch.tensor(grad_anywhere, device=b.device)
 
-    @staticmethod
-    def forward(ctx, A, b, h0, anchor, structure, reverse, group):
-        h, entering, _ = scan(A, b, h0, structure, reverse, group)
-        ctx.save_for_backward(A, h, entering)
-        ctx.structure, ctx.reverse, ctx.group = structure, reverse, group
-        ctx.h0_given = h0 is not None
-        return h
 
-    @staticmethod
-    def backward(ctx, grad_h):
-        A, h, entering = ctx.saved_tensors
-        structure, reverse, group = ctx.structure, ctx.reverse, ctx.group
-        adjoint, adjoint_entering, adjoint_leaving = scan(A, grad_h.contiguous(), None, structure, not reverse, group)
-        if reverse:
-            left, right = h, shifted(adjoint, adjoint_entering.to(adjoint.dtype))
-        else:
-            left, right = adjoint, shifted(h, entering.to(h.dtype))
-        work = torch.float32 if A.dtype in HALF_TYPES else A.dtype
-        grad_A = outer(left.to(work), right.to(work), structure, A).to(A.dtype)
-        grad_h0 = adjoint_leaving.to(A.dtype) if ctx.h0_given and ctx.needs_input_grad[2] else None
-        anchor = next((t for t in (A, h, grad_h) if t.requires_grad), None)
-        if torch.is_grad_enabled() and anchor is not None:  # create_graph=True: refuse the next derivative
-            refuse = lambda value: RefuseSecondDerivative.apply(value, SCAN_SECOND_DERIVATIVE_REFUSED, anchor)
-            grad_A, adjoint = refuse(grad_A), refuse(adjoint)
-            grad_h0 = refuse(grad_h0) if grad_h0 is not None else None
-        return grad_A, adjoint, grad_h0, None, None, None, None
+@distributed_linear_scan.register_fake
+def _distributed_linear_scan_fake(A, b, h0, anchor, structure, reverse, group_name, agreement, grad_enabled,
+                                  needs_grad, grads_must_agree, after=None):
+    work = torch.float32 if b.dtype in HALF_TYPES else b.dtype
+    # Shapes only; wrong ones pass here and are refused at run time, on every rank alike, by the agreement.
+    B, N = b.shape[0], b.shape[-1]
+    return (torch.empty_like(b, memory_format=torch.contiguous_format), b.new_empty((B, N), dtype=work),
+            b.new_empty((B, N), dtype=work), b.new_empty((), dtype=torch.bool))
+
+
+SCAN_AGREEMENT = (Agreed("b", "batch size B"), Agreed("b", "state size N"),
+                  Agreed("b", "dtype", describe_dtype, TypeError), Agreed("b", "device type", describe_device),
+                  Agreed("structure", "value", describe_structure), Agreed("A", "block size k"),
+                  Agreed("reverse", "value", describe_bool))
+register_agreement("linear_scan", SCAN_AGREEMENT)
+
+
+@torch.library.custom_op("paraseq::distributed_linear_scan_backward", mutates_args=())
+def distributed_linear_scan_backward(A: torch.Tensor, h: torch.Tensor, entering: torch.Tensor, grad_h: torch.Tensor,
+                                     structure: str, reverse: bool,
+                                     group_name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The distributed scan's backward, the distributed scan the other way: (grad_A, grad_b, grad_h0).
+    For h_t = A_t h_{t-1} + b_t, lambda = the reverse scan of grad_h, grad_b = lambda, grad_A_t =
+    lambda_t h_{t-1}^T and grad_h0 = what the slice passes on (A_s^T lambda_s: group rank 0's is h0's
+    gradient); for reverse=True, mu = the forward scan of grad_h, grad_b = mu and grad_A_t =
+    lambda_t mu_{t-1}^T."""
+    group = _group(group_name)
+    adjoint, adjoint_entering, adjoint_leaving = scan(A, grad_h.contiguous(), None, structure, not reverse, group)
+    if reverse:
+        left, right = h, shifted(adjoint, adjoint_entering.to(adjoint.dtype))
+    else:
+        left, right = adjoint, shifted(h, entering.to(h.dtype))
+    work = torch.float32 if A.dtype in HALF_TYPES else A.dtype
+    grad_A = outer(left.to(work), right.to(work), structure, A).to(A.dtype)
+    return grad_A, adjoint, adjoint_leaving.to(A.dtype, copy=True)  # a copy: not a view of adjoint
+
+
+@distributed_linear_scan_backward.register_fake
+def _distributed_linear_scan_backward_fake(A, h, entering, grad_h, structure, reverse, group_name):
+    return (torch.empty_like(A, memory_format=torch.contiguous_format),
+            torch.empty_like(grad_h, memory_format=torch.contiguous_format),
+            A.new_empty((grad_h.shape[0], grad_h.shape[2])))
+
+
+def _setup_scan_backward(ctx, inputs, output):
+    A, _, h0, _, structure, reverse, group_name = inputs[:7]
+    h, entering, _, _ = output
+    ctx.save_for_backward(A, h, entering)
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.structure, ctx.reverse, ctx.group_name, ctx.h0_given = structure, reverse, group_name, h0 is not None
+
+
+def _scan_backward(ctx, grad_h, *unused):
+    A, h, entering = ctx.saved_tensors
+    with torch.no_grad():  # the operator has no derivative: with create_graph=True, RefuseSecondDerivative below
+        grad_A, grad_b, grad_h0 = distributed_linear_scan_backward(A, h, entering, grad_h, ctx.structure,
+                                                                   ctx.reverse, ctx.group_name)
+    grad_h0 = grad_h0 if ctx.h0_given and ctx.needs_input_grad[2] else None
+    anchor = next((t for t in (A, h, grad_h) if t.requires_grad), None)
+    if torch.is_grad_enabled() and anchor is not None:  # create_graph=True: refuse the next derivative
+        refuse = lambda value: RefuseSecondDerivative.apply(value, SCAN_SECOND_DERIVATIVE_REFUSED, anchor)
+        grad_A, grad_b = refuse(grad_A), refuse(grad_b)
+        grad_h0 = refuse(grad_h0) if grad_h0 is not None else None
+    return grad_A, grad_b, grad_h0, None, None, None, None, None, None, None, None, None
+
+
+distributed_linear_scan.register_autograd(_scan_backward, setup_context=_setup_scan_backward)
 
 
 def linear_scan(A, b, h0, structure, reverse, group, check_local: Callable[[], None]) -> torch.Tensor:
-    """paraseq.linear_scan with process_group: the ranks agree on the arguments, then scan."""
+    """paraseq.linear_scan with process_group: one distributed_linear_scan, which checks, agrees and
+    scans. Arguments that the operator cannot take (not tensors, structure not a str) are refused
+    here, after the agreement's exchange, so that the other ranks raise too."""
     check_group("linear_scan", group)
-    device = b.device if isinstance(b, torch.Tensor) else torch.device("cpu")
-    error, entries, steps = None, [], 0
-    try:
-        check_local()
-        B, T, N = b.shape
-        block = A.shape[-1] if structure == "block" else 0
-        entries = [Agreed("b", "batch size B", B), Agreed("b", "state size N", N),
-                   Agreed("b", "dtype", dtype_code(b.dtype), describe_dtype, TypeError),
-                   Agreed("b", "device type", device_code(b.device), describe_device),
-                   Agreed("structure", "value", STRUCTURE_CODES.index(structure), describe_structure),
-                   Agreed("A", "block size k", block), Agreed("reverse", "value", int(bool(reverse)), describe_bool)]
-        steps = T
-    except (TypeError, ValueError, RuntimeError, IndexError) as raised:
-        error = raised
-    inputs = (A, b, h0) if error is None else ()
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-    slices = agree("linear_scan", group, device, error, entries, steps, h0 is not None, needs_grad)
-    if not slices.grad_anywhere:
-        with torch.no_grad():
-            return scan(A, b, h0, structure, reverse, group)[0]
-    anchor = grad_anchor(slices.grad_anywhere, needs_grad, b.device)
-    return DistributedLinearScan.apply(A, b, h0, anchor, structure, reverse, group)
+    if not (isinstance(A, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(structure, str)
+            and (h0 is None or isinstance(h0, torch.Tensor))):
+        try:
+            check_local()  # raises, naming the argument
+        except (TypeError, ValueError) as error:
+            device = b.device if isinstance(b, torch.Tensor) else torch.device("cpu")
+            agree("linear_scan", group, device, error, [], 0, False, torch.is_grad_enabled(), False)
+    compiling = torch.compiler.is_compiling()
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (A, b, h0))
+    # Eager, a rank whose inputs need no grad learns from the agreement whether another rank's do:
+    # its result then requires grad through an empty anchor, else it is detached. A compiled graph
+    # cannot decide this at run time: the ranks must agree on needs_grad instead.
+    anchor = grad_anchor(needs_grad, b.device) if not compiling and torch.is_grad_enabled() else None
+    h, _, _, grad_anywhere = distributed_linear_scan(A, b, h0, anchor, structure, bool(reverse), group.group_name,
+                                                     True, torch.is_grad_enabled(), needs_grad, compiling)
+    if anchor is not None and not grad_anywhere.item():
+        return h.detach()
+    return h
 
 
 # ---- the general Newton path over the ranks --------------------------------------------------------
+
+@torch.library.custom_op("paraseq::distributed_boundary", mutates_args=())
+def distributed_boundary(last: torch.Tensor, rows: torch.Tensor, group_name: str,
+                         after: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The state entering this rank's slice: the last state of the nearest earlier rank with steps
+    (rows: the agreement, column 1 the number of steps), that of group rank 0 when none has. Every
+    rank sends its last (an empty slice the state entering it). after: see AFTER."""
+    group = _group(group_name)
+    gathered = _all_gather(last, group)
+    counts = rows[:, 1].tolist()
+    before = next((other for other in range(dist.get_rank(group) - 1, 0, -1) if counts[other]), 0)
+    return gathered[before].clone()
+
+
+@distributed_boundary.register_fake
+def _distributed_boundary_fake(last, rows, group_name, after=None):
+    return torch.empty_like(last)
+
+
+NEEDS_ADJOINT_DIFFER = (
+    "newton_apply: under torch.compile, the solution needs its gradient on some ranks of 'process_group' and not "
+    "on others, expected the same on every rank (a compiled graph fixes when it is traced whether its result "
+    "requires grad, and every rank must join the collective backward); call it eagerly when only some ranks' "
+    "inputs or parameters require grad")
+
 
 class NewtonSlices:
     """What the general Newton solve (_user_cell.solve) does differently over the ranks: the state
@@ -359,8 +526,13 @@ class NewtonSlices:
     checks reduce over the ranks."""
 
     def __init__(self, slices: Slices):
-        self.slices, self.group = slices, slices.group
-        self.rank, self.counts = slices.rank, slices.counts
+        self.slices, self.group, self.rank = slices, slices.group, slices.rank
+        self.group_name = slices.group.group_name
+        self.last_exchanged = slices.rows  # the result of the latest collective: AFTER
+
+    def exchanged(self, result: torch.Tensor) -> torch.Tensor:
+        self.last_exchanged = result
+        return result
 
     def entering(self, h: torch.Tensor, h0: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """The iterate's state before the slice's first step: group rank 0's h0 (None: zero), else the
@@ -373,18 +545,38 @@ class NewtonSlices:
             last = h0.detach().to(h.dtype)
         else:
             last = h.new_zeros((B, *h.shape[2:]))
-        gathered = _all_gather(last, self.group)
-        if self.rank == 0:
-            return h0
-        before = next((other for other in range(self.rank - 1, 0, -1) if self.counts[other]), 0)
-        return gathered[before]
+        before = self.exchanged(distributed_boundary(last, self.slices.rows, self.group_name, self.last_exchanged))
+        return h0 if self.rank == 0 else before
 
-    def scan(self, A, b, structure, reverse=False):
-        return scan(A, b, None, structure, reverse, self.group)
+    def scan(self, A, b, structure, reverse=False, ordered=True):
+        """ordered=False in a backward, a graph of its own: this object's tensors are the forward's."""
+        h, entering, leaving, _ = distributed_linear_scan(A, b, None, None, structure, reverse, self.group_name,
+                                                          False, False, False, False,
+                                                          self.last_exchanged if ordered else None)
+        return (self.exchanged(h) if ordered else h), entering, leaving
 
-    def max(self, tensor: torch.Tensor) -> torch.Tensor:
-        return global_max(tensor, self.group)
+    def max(self, tensor: torch.Tensor, first_must_agree: str = "") -> torch.Tensor:
+        return self.exchanged(global_max(tensor, self.group_name, first_must_agree, self.last_exchanged))
+
+    def needs_adjoint(self, needs_adjoint: bool, residual: Optional[torch.Tensor]):
+        """(whether any rank needs the adjoint, the residual's max over the ranks), one all_reduce.
+        A compiled graph keeps its own decision, checked to be every rank's."""
+        local = torch.tensor([float(needs_adjoint)], dtype=torch.float64, device=self.slices.rows.device)
+        compiling = torch.compiler.is_compiling()
+        reduced = self.max(torch.cat([local, residual]) if residual is not None else local,
+                           NEEDS_ADJOINT_DIFFER if compiling else "")
+        return needs_adjoint if compiling else bool(reduced[0]), (reduced[1:] if residual is not None else None)
 
     def anchor(self, locally: bool, device) -> Optional[torch.Tensor]:
         """For a solve that needs its adjoint on some rank (the caller reduced that over the ranks)."""
-        return grad_anchor(True, locally, device)
+        return grad_anchor(locally, device)
+
+
+# Collectives must run in the order the program calls them, on every rank, and none may be dropped
+# where its result is not used (group rank 0 takes h0, not distributed_boundary's result). Ordered
+# effects keep torch.compile's graph passes from eliminating them; they did not keep inductor (torch
+# 2.14) from running group rank 0's scans before its agreement, whose results these scans do not
+# read: hence AFTER as well.
+for _collective in (distributed_agree, global_max, distributed_linear_scan, distributed_linear_scan_backward,
+                    distributed_boundary):
+    torch.library._register_effectful_op(_collective._qualname, torch._library.effects.EffectType.ORDERED)

@@ -205,7 +205,7 @@ class _FixedPointAdjoint(torch.autograd.Function):
         if slices is None:
             adjoint = linear_scan(A, grad_flat, None, layout.scan_structure, reverse=True)
         else:
-            adjoint, _, leaving = slices.scan(A, grad_flat, layout.scan_structure, reverse=True)
+            adjoint, _, leaving = slices.scan(A, grad_flat, layout.scan_structure, reverse=True, ordered=False)
             if ctx.h0_given and grad_h.shape[1] == 0:
                 grad_h0 = layout.from_scan(leaving.to(grad_h.dtype).unsqueeze(1)).squeeze(1)
         if torch.is_grad_enabled():  # create_graph=True: the result may be differentiated again
@@ -253,9 +253,7 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
             torch.zeros(B, dtype=torch.float64, device=x.device)
     needs_adjoint_here = needs_adjoint
     if slices is not None:  # every rank decides alike: the residual and the need of an adjoint over all ranks
-        local = torch.tensor([float(needs_adjoint)], dtype=torch.float64, device=x.device)
-        reduced = slices.max(torch.cat([local, residual]) if residual is not None else local)
-        needs_adjoint, residual = bool(reduced[0]), (reduced[1:] if residual is not None else None)
+        needs_adjoint, residual = slices.needs_adjoint(needs_adjoint, residual)
     check_structure_here = check and layout.structure != "dense"
     if needs_adjoint or check_structure_here:
         with torch.no_grad():

@@ -816,8 +816,9 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         B x state values) and the linear solve is a distributed linear_scan. h0 is given on group
         rank 0 only. Every rank must call with the same B, state size, dtype, device type, cell
         structure and cfg; cfg.scan_backend "auto" or "newton". When any rank's result requires
-        grad, every rank's does and every rank must run the backward (it is collective). None: one
-        process.
+        grad, every rank's does and every rank must run the backward (it is collective). Under
+        torch.compile the exchanges are opaque operators (no graph break, a fixed max_iters), and
+        the ranks' results must all require grad or none. None: one process.
 
     Returns
     -------
@@ -997,12 +998,29 @@ def _check_general_path_config(cfg):
                          "on the general path (set picard_iters instead)")
 
 
+_distributed.register_agreement("newton_apply", (
+    _distributed.Agreed("x", "batch size B"),
+    _distributed.Agreed("cell", "state size (state_slots x hidden_size)"),
+    _distributed.Agreed("x", "state dtype (h0's when given, else the dtype x is solved in)",
+                        _distributed.describe_dtype, TypeError),
+    _distributed.Agreed("x", "device type", _distributed.describe_device),
+    _distributed.Agreed("cell", "jac_structure", _distributed.describe_structure),
+    _distributed.Agreed("cfg", "max_iters"),
+    _distributed.Agreed("cfg", "picard_iters"),
+    _distributed.Agreed("cfg", "jacobian", lambda code: repr(JACOBIANS[code])),
+    _distributed.Agreed("cfg", "omega", _distributed.describe_float),
+    _distributed.Agreed("cfg", "residual_atol", _distributed.describe_float),
+    _distributed.Agreed("cfg", "residual_fail", _distributed.describe_float),
+    _distributed.Agreed("return_stats", "value", _distributed.describe_bool),
+))
+
+
 def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state, compile, group):
     """newton_apply with a process group: every rank checks its arguments, the ranks agree (or all
     raise), then the general path solves with distributed scans (_distributed.NewtonSlices)."""
     _distributed.check_group("newton_apply", group)
     builtin = isinstance(cell, (ParaGRU, ParaLSTM))
-    error, entries, steps = None, [], 0
+    error, values, steps = None, [], 0
     try:
         _check_compile_argument("newton_apply", compile)
         if builtin:
@@ -1034,30 +1052,17 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
         with torch.no_grad():  # step's own errors (a wrong shape) on one step, before any collective
             layout.step(torch.zeros(layout.state_shape((B, first.stop)), dtype=dtype, device=x.device),
                         x_solved[:, first])
-        entries = [
-            _distributed.Agreed("x", "batch size B", B),
-            _distributed.Agreed("cell", "state size (state_slots x hidden_size)", layout.state_size),
-            _distributed.Agreed("x", "state dtype (h0's when given, else the dtype x is solved in)",
-                                _distributed.dtype_code(dtype), _distributed.describe_dtype, TypeError),
-            _distributed.Agreed("x", "device type", _distributed.device_code(x.device), _distributed.describe_device),
-            _distributed.Agreed("cell", "jac_structure", _distributed.STRUCTURE_CODES.index(layout.structure),
-                                _distributed.describe_structure),
-            _distributed.Agreed("cfg", "max_iters", cfg.max_iters),
-            _distributed.Agreed("cfg", "picard_iters", cfg.picard_iters),
-            _distributed.Agreed("cfg", "jacobian", JACOBIANS.index(cfg.jacobian), lambda code: repr(JACOBIANS[code])),
-            _distributed.Agreed("cfg", "omega", _distributed.float_code(cfg.omega), _distributed.describe_float),
-            _distributed.Agreed("cfg", "residual_atol", _distributed.float_code(cfg.residual_atol),
-                                _distributed.describe_float),
-            _distributed.Agreed("cfg", "residual_fail", _distributed.float_code(cfg.residual_fail),
-                                _distributed.describe_float),
-            _distributed.Agreed("return_stats", "value", int(bool(return_stats)),
-                                _distributed.describe_bool),
-        ]
+        values = [B, layout.state_size, _distributed.dtype_code(dtype), _distributed.device_code(x.device),
+                  _distributed.STRUCTURE_CODES.index(layout.structure), cfg.max_iters, cfg.picard_iters,
+                  JACOBIANS.index(cfg.jacobian), _distributed.float_code(cfg.omega),
+                  _distributed.float_code(cfg.residual_atol), _distributed.float_code(cfg.residual_fail),
+                  int(bool(return_stats))]
         steps = T
     except (TypeError, ValueError, NotImplementedError, RuntimeError) as raised:
         error = raised
     device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
-    slices = _distributed.agree("newton_apply", group, device, error, entries, steps, h0 is not None, False)
+    slices = _distributed.agree("newton_apply", group, device, error, values, steps, h0 is not None,
+                                torch.is_grad_enabled(), False)
     # The built-in cells solve outside autocast, as their operators do; a cell of your own as it is alone.
     precision = torch.autocast(device_type=device.type, enabled=False) if builtin else contextlib.nullcontext()
     with precision:

@@ -51,7 +51,9 @@ def linear_scan(A: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor] = N
         result. Every rank of the group must call, with the same B, N, dtype, device type,
         structure and reverse; the ranks exchange one all_gather of their slices' affine maps. When
         any rank's inputs require grad, every rank's result does, and every rank must run the
-        backward (it is collective). None: one process, as without the argument.
+        backward (it is collective). Under torch.compile the scan and its backward are opaque
+        operators (no graph break), and the ranks' inputs must all require grad or none (else
+        RuntimeError on every rank). None: one process, as without the argument.
 
     Returns
     -------

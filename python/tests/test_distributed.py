@@ -267,14 +267,17 @@ def rank_cases(group, name):
     return results
 
 
-def worker(rank, init_file, out_dir):
+def all_cases(rank):
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    return {"pair": rank_cases(pairs[rank // 2], "pair"), "world": rank_cases(dist.group.WORLD, "world")}
+
+
+def worker(rank, world, cases, init_file, out_dir):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, init_method=f"file://{init_file}",
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{init_file}",
                             timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
-        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-        results = {"pair": rank_cases(pairs[rank // 2], "pair"), "world": rank_cases(dist.group.WORLD, "world")}
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(cases(rank), os.path.join(out_dir, f"rank{rank}.pt"))
     except BaseException:
         with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as file:
             file.write(traceback.format_exc())
@@ -283,19 +286,17 @@ def worker(rank, init_file, out_dir):
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    """Spawns the four ranks once; [results of global rank 0, 1, 2, 3]."""
-    out_dir = tmp_path_factory.mktemp("ranks")
+def spawn(out_dir, world, cases, timeout_s):
+    """Runs cases(rank) on world gloo ranks; [the results of rank 0, 1, ...]."""
     saved = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OMP_PROC_BIND")}
-    os.environ["OMP_NUM_THREADS"], os.environ["OMP_PROC_BIND"] = "1", "false"  # 4 processes on few cores
+    os.environ["OMP_NUM_THREADS"], os.environ["OMP_PROC_BIND"] = "1", "false"  # several processes on few cores
     try:
-        context = mp.start_processes(worker, args=(str(out_dir / "init"), str(out_dir)), nprocs=WORLD,
+        context = mp.start_processes(worker, args=(world, cases, str(out_dir / "init"), str(out_dir)), nprocs=world,
                                      join=False, start_method="spawn")
     finally:
         for name, value in saved.items():
             os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     finished = False
     try:
         # join() returns as each process ends (False while others run) and raises when one failed.
@@ -309,8 +310,14 @@ def ranks(tmp_path_factory):
     if not finished:
         for process in context.processes:
             process.terminate()
-        pytest.fail(f"the ranks did not finish within {RUN_TIMEOUT_S} s (a collective that some rank never joined?)")
-    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+        pytest.fail(f"the ranks did not finish within {timeout_s} s (a collective that some rank never joined?)")
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Spawns the four ranks once; [results of global rank 0, 1, 2, 3]."""
+    return spawn(tmp_path_factory.mktemp("ranks"), WORLD, all_cases, RUN_TIMEOUT_S)
 
 
 def groups(ranks):
@@ -497,3 +504,223 @@ def test_process_group_without_torch_distributed_initialised():
     with pytest.raises(RuntimeError, match="torch.distributed is not initialised"):
         newton_apply(ParaGRU(3, 3), b, process_group=object())
     assert paraseq.linear_scan(A, b, process_group=None).shape == b.shape
+
+
+# ---- torch.compile -----------------------------------------------------------------------------------
+# Two more ranks, spawned once: each traces the calls with torch._dynamo.explain (graphs and breaks) and
+# runs them compiled with fullgraph=True (the aot_eager backend: AOTAutograd with the fake kernels and
+# the registered backward, no code generation) and eagerly, forward and backward.
+
+COMPILE_WORLD = 2
+COMPILE_TIMEOUT_S = 300
+COMPILE_SCAN_SPLIT = (3, 4)
+COMPILE_NEWTON_SPLIT = (2, 4)
+COMPILED_CALLS = ("scan", "scan_reverse_dense", "user_diag", "user_dense", "gru")
+
+
+def graph_counts(function, *args):
+    """(graphs, graph breaks, the reasons of the breaks) of function(*args) under torch.compile."""
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(function)(*args)
+    return explained.graph_count, explained.graph_break_count, [str(reason.reason) for reason in explained.break_reasons]
+
+
+def eager_and_compiled(function, inputs, weight, params=(), backend="aot_eager"):
+    """{"eager": ..., "compiled": ...}: h and the gradients of sum(h * weight) with respect to the inputs
+    that require grad, then params (this rank's part), from function and its fullgraph compilation."""
+    compiled = torch.compile(function, fullgraph=True, backend=backend)
+    runs = {}
+    for name, run in (("eager", function), ("compiled", compiled)):
+        leaves = [t.detach().clone().requires_grad_(t.requires_grad) if t is not None else None for t in inputs]
+        for p in params:
+            p.grad = None
+        h = run(*leaves)
+        (h * weight).sum().backward()
+        runs[name] = {"h": h.detach(), "grads": [t.grad for t in leaves if t is not None and t.requires_grad],
+                      "param_grads": [p.grad.clone() for p in params]}
+    return runs
+
+
+def compiled_cases(rank):
+    group = dist.group.WORLD
+    results = {}
+    maybe_h0 = lambda h0: leaf(h0) if rank == 0 else None
+    A, b, h0, w = scan_case("diag", False, 15)
+    A_r, b_r, w_r = (piece(t, COMPILE_SCAN_SPLIT, rank) for t in (A, b, w))
+    scan = lambda A, b, h0: linear_scan(A, b, h0, "diag", process_group=group)
+    results["graphs", "scan"] = graph_counts(scan, A_r, b_r, h0 if rank == 0 else None)
+    results["graphs", "scan with grad"] = graph_counts(scan, leaf(A_r), leaf(b_r), maybe_h0(h0))
+    results["scan"] = eager_and_compiled(scan, [leaf(A_r), leaf(b_r), maybe_h0(h0)], w_r)
+    # Inputs that require grad on group rank 0 only: eager handles it, a compiled graph refuses on every rank.
+    results["grads on one rank"] = caught(lambda: torch.compile(scan, fullgraph=True, backend="aot_eager")(
+        A_r, b_r, maybe_h0(h0)))
+
+    A, b, _, w = scan_case("dense", True, 16)
+    A_r, b_r, w_r = (piece(t, COMPILE_SCAN_SPLIT, rank) for t in (A, b, w))
+    reverse = lambda A, b: linear_scan(A, b, None, "dense", True, process_group=group)
+    results["graphs", "scan reverse dense with grad"] = graph_counts(reverse, leaf(A_r), leaf(b_r))
+    results["scan_reverse_dense"] = eager_and_compiled(reverse, [leaf(A_r), leaf(b_r)], w_r)
+
+    for kind in ("diag", "dense"):
+        cell, x, h0, w = user_cell_case(kind, 25)
+        x_r, w_r = piece(x, COMPILE_NEWTON_SPLIT, rank), piece(w, COMPILE_NEWTON_SPLIT, rank)
+        newton = lambda x, h0, cell=cell: newton_apply(cell, x, USER_CONFIG, h0=h0, process_group=group)
+        results["graphs", f"user {kind} with grad"] = graph_counts(newton, leaf(x_r), maybe_h0(h0))
+        results[f"user_{kind}"] = eager_and_compiled(newton, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()))
+    # The default backend, inductor, reorders operators that do not depend on each other's results:
+    # the collectives must still pair up across ranks (group rank 0's graph differs, it takes h0).
+    results["inductor"] = eager_and_compiled(newton, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()),
+                                             backend="inductor")
+
+    cell, x, h0, w = builtin_case("gru", 31)
+    x_r, w_r = piece(x, COMPILE_NEWTON_SPLIT, rank), piece(w, COMPILE_NEWTON_SPLIT, rank)
+    gru = lambda x, h0: cell(x, h0, process_group=group)
+    results["graphs", "ParaGRU"] = graph_counts(gru, x_r, h0 if rank == 0 else None)
+    results["graphs", "ParaGRU with grad"] = graph_counts(gru, leaf(x_r), maybe_h0(h0))
+    results["gru"] = eager_and_compiled(gru, [leaf(x_r), maybe_h0(h0)], w_r, list(cell.parameters()))
+    lstm, x, (h0, c0), _ = builtin_case("lstm", 32)
+    state0 = (leaf(h0), leaf(c0)) if rank == 0 else None
+    results["graphs", "ParaLSTM with grad"] = graph_counts(lambda x, state0: lstm(x, state0, process_group=group),
+                                                           leaf(piece(x, COMPILE_NEWTON_SPLIT, rank)), state0)
+
+    # Only group rank 0's h0 requires grad (the cell frozen): a compiled graph refuses on every rank.
+    frozen, x, h0, _ = user_cell_case("block2", 22)
+    frozen.requires_grad_(False)
+    results["adjoint on one rank"] = caught(lambda: torch.compile(
+        lambda x, h0: newton_apply(frozen, x, USER_CONFIG, h0=h0, process_group=group), fullgraph=True,
+        backend="aot_eager")(piece(x, COMPILE_NEWTON_SPLIT, rank), maybe_h0(h0)))
+
+    # residual_atol is eager-only: a compiled graph runs max_iters iterations.
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    x_r = piece(x, COMPILE_NEWTON_SPLIT, rank)
+    results["early stop config"] = torch.compile(
+        lambda x: newton_apply(cell, x, EARLY_STOP_CONFIG, h0=h0 if rank == 0 else None, process_group=group),
+        fullgraph=True, backend="aot_eager")(x_r)
+
+    results["opcheck"] = opchecks(rank, group)
+    return results
+
+
+def opchecks(rank, group):
+    """torch.library.opcheck of each distributed operator (its schema, fake kernel, autograd registration
+    and AOT dispatch, each running the collective on every rank alike): (error type, message) or (None, None)."""
+    from paraseq import _distributed
+    A, b, h0, w = scan_case("block", False, 17)
+    A_r, b_r = piece(A, COMPILE_SCAN_SPLIT, rank), piece(b, COMPILE_SCAN_SPLIT, rank)
+    h0_r = leaf(h0) if rank == 0 else None
+    name = group.group_name
+    h, entering, _, _ = _distributed.distributed_linear_scan(A_r, b_r, h0_r, None, "block", False, name, True, True,
+                                                             False, False)
+    row = _distributed.agreement_row(None, [2, 4, 0, 0, 1, 2, 0], A_r.shape[1], rank == 0, True, True)
+    rows = _distributed.distributed_agree(row, "linear_scan", name, False)
+    checks = {
+        "distributed_linear_scan": (_distributed.distributed_linear_scan,
+                                    (leaf(A_r), leaf(b_r), h0_r, None, "block", False, name, True, True, True, True)),
+        "distributed_linear_scan_backward": (_distributed.distributed_linear_scan_backward,
+                                             (A_r, h.detach(), entering, piece(w, COMPILE_SCAN_SPLIT, rank), "block",
+                                              False, name)),
+        "distributed_agree": (_distributed.distributed_agree, (row, "linear_scan", name, True)),
+        "distributed_boundary": (_distributed.distributed_boundary, (b_r[:, -1].contiguous(), rows, name)),
+        "distributed_max": (_distributed.global_max, (b_r[:, -1].flatten().contiguous(), name, "")),
+    }
+    return {op_name: caught(lambda: torch.library.opcheck(op, args)) for op_name, (op, args) in checks.items()}
+
+
+@pytest.fixture(scope="module")
+def compiled_ranks(tmp_path_factory):
+    return spawn(tmp_path_factory.mktemp("compiled"), COMPILE_WORLD, compiled_cases, COMPILE_TIMEOUT_S)
+
+
+def test_compiled_distributed_calls_have_one_graph_and_no_graph_break(compiled_ranks):
+    for rank, results in enumerate(compiled_ranks):
+        for key in (key for key in results if key[0] == "graphs"):
+            assert results[key] == (1, 0, []), (rank, key[1], results[key])
+
+
+def test_compiled_distributed_calls_equal_eager_bitwise(compiled_ranks):
+    for rank, results in enumerate(compiled_ranks):
+        for call in COMPILED_CALLS:
+            eager, compiled = results[call]["eager"], results[call]["compiled"]
+            assert torch.equal(eager["h"], compiled["h"]), (rank, call)
+            assert len(eager["grads"]) == len(compiled["grads"]) > 0, (rank, call)
+            for field in ("grads", "param_grads"):
+                for index, (expected, got) in enumerate(zip(eager[field], compiled[field], strict=True)):
+                    assert torch.equal(expected, got), (rank, call, field, index)
+
+
+def test_compiled_distributed_calls_equal_one_process(compiled_ranks):
+    """The compiled slices, put back in rank order, against the one-process calls (and parameter
+    gradients summed over the ranks)."""
+    def compiled_h(call):
+        return torch.cat([r[call]["compiled"]["h"] for r in compiled_ranks], dim=1)
+
+    def compiled_grad(call, index):
+        return torch.cat([r[call]["compiled"]["grads"][index] for r in compiled_ranks], dim=1)
+
+    A, b, h0, w = scan_case("diag", False, 15)
+    A, b, h0 = leaf(A), leaf(b), leaf(h0)
+    h = linear_scan(A, b, h0, "diag")
+    (h * w).sum().backward()
+    assert_close(compiled_h("scan"), h.detach(), "scan h")
+    assert_close(compiled_grad("scan", 0), A.grad, "scan grad A")
+    assert_close(compiled_grad("scan", 1), b.grad, "scan grad b")
+    assert_close(compiled_ranks[0]["scan"]["compiled"]["grads"][2], h0.grad, "scan grad h0")
+
+    A, b, _, w = scan_case("dense", True, 16)
+    A, b = leaf(A), leaf(b)
+    h = linear_scan(A, b, None, "dense", True)
+    (h * w).sum().backward()
+    assert_close(compiled_h("scan_reverse_dense"), h.detach(), "reverse h")
+    assert_close(compiled_grad("scan_reverse_dense", 0), A.grad, "reverse grad A")
+    assert_close(compiled_grad("scan_reverse_dense", 1), b.grad, "reverse grad b")
+
+    cases = [(f"user_{kind}", user_cell_case(kind, 25), USER_CONFIG) for kind in ("diag", "dense")]
+    cases.append(("gru", builtin_case("gru", 31), None))
+    for call, (cell, x, h0, w), cfg in cases:
+        x, h0 = leaf(x), leaf(h0)
+        h = cell(x, h0) if cfg is None else newton_apply(cell, x, cfg, h0=h0, compile=False)
+        (h * w).sum().backward()
+        assert_close(compiled_h(call), h.detach(), f"{call} h")
+        assert_close(compiled_grad(call, 0), x.grad, f"{call} grad x")
+        assert_close(compiled_ranks[0][call]["compiled"]["grads"][1], h0.grad, f"{call} grad h0")
+        for index, p in enumerate(cell.parameters()):
+            total = sum(r[call]["compiled"]["param_grads"][index] for r in compiled_ranks)
+            assert_close(total, p.grad, f"{call} grad of parameter {index}")
+
+
+def test_inductor_compiled_newton_equals_eager(compiled_ranks):
+    """Inductor generates its own kernels for the cell's step: equal to rounding, not bitwise."""
+    for rank, results in enumerate(compiled_ranks):
+        eager, compiled = results["inductor"]["eager"], results["inductor"]["compiled"]
+        assert_close(compiled["h"], eager["h"], f"h on rank {rank}")
+        for field in ("grads", "param_grads"):
+            for index, (expected, got) in enumerate(zip(eager[field], compiled[field], strict=True)):
+                assert_close(got, expected, f"{field}[{index}] on rank {rank}")
+
+
+def test_compiled_newton_runs_max_iters_without_the_residual_early_stop(compiled_ranks):
+    cell, x, h0, _ = user_cell_case("dense", 23)
+    fixed = NewtonConfig(max_iters=EARLY_STOP_CONFIG.max_iters, picard_iters=EARLY_STOP_CONFIG.picard_iters,
+                         residual_fail=None)
+    expected = newton_apply(cell, x, fixed, h0=h0, compile=False)
+    assert_close(torch.cat([r["early stop config"] for r in compiled_ranks], dim=1), expected, "fixed iterations")
+
+
+def test_compiled_scan_refuses_inputs_that_require_grad_on_some_ranks_only(compiled_ranks):
+    for results in compiled_ranks:
+        kind, message = results["grads on one rank"]
+        assert kind == "RuntimeError" and "under torch.compile, inputs that require grad: True on group rank 0, " \
+            "False on group rank 1, expected the same on every rank" in message, (kind, message)
+
+
+def test_compiled_newton_refuses_an_adjoint_needed_on_some_ranks_only(compiled_ranks):
+    for results in compiled_ranks:
+        kind, message = results["adjoint on one rank"]
+        assert kind == "RuntimeError" and "newton_apply: under torch.compile, the solution needs its gradient on " \
+            "some ranks of 'process_group' and not on others" in message, (kind, message)
+
+
+def test_opcheck_of_the_distributed_operators(compiled_ranks):
+    for rank, results in enumerate(compiled_ranks):
+        for op_name, outcome in results["opcheck"].items():
+            assert outcome == (None, None), (rank, op_name, outcome)

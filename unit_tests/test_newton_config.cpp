@@ -224,19 +224,29 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
     return stats.mode;
   };
   // Below the sequential threshold: on a host fused when the sequence fits one window; on a device
-  // fused only when B x groups x 1536 reaches the resident threads (measured), newton otherwise.
-  auto parallel_mode = [&](int B, int groups, bool fits_window) {
+  // (measured) fused when B x groups x 215 reaches the resident threads, else the one-pass mode from
+  // 16 groups on without residual_atol, else fused when B x groups x 1536 reaches them, else newton.
+  auto parallel_mode = [&](int B, int groups, bool fits_window, bool atol = false) {
     if (on_host) return fits_window ? NewtonMode::fused : NewtonMode::newton;
-    return double(B) * groups * 1536 >= concurrency ? NewtonMode::fused : NewtonMode::newton;
+    const double all_groups = double(B) * groups;
+    if (all_groups * 215 >= concurrency) return NewtonMode::fused;
+    if (all_groups >= 16 && !atol) return NewtonMode::one_pass;
+    return all_groups * 1536 >= concurrency ? NewtonMode::fused : NewtonMode::newton;
   };
   // The measured default: on a host Newton must beat 2.5 K times the loop's work per step.
   EXPECT_EQ(mode_for(concurrency, 50, 1, NewtonConfig{}), NewtonMode::sequential);
   EXPECT_EQ(mode_for(1, 50, 1, NewtonConfig{}),
             (on_host ? 7.5 : 1.0) >= concurrency ? NewtonMode::sequential : parallel_mode(1, 1, true));
   if (!on_host) { // enough groups for the fused kernel, too few to fill the device one per thread
-    const int B = (concurrency + 1535) / 1536;
-    EXPECT_EQ(mode_for(B, 50, 1, NewtonConfig{}), NewtonMode::fused);
-    EXPECT_EQ(mode_for(B / 2, 50, 1, NewtonConfig{}), NewtonMode::newton);
+    const int fused_from = (concurrency + 214) / 215, fused_with_atol_from = (concurrency + 1535) / 1536;
+    NewtonConfig atol;
+    atol.residual_atol = 1e-30; // never reached in 3 iterations: only the choice of mode matters here
+    EXPECT_EQ(mode_for(fused_from, 50, 1, NewtonConfig{}), NewtonMode::fused);
+    EXPECT_EQ(mode_for(fused_from - 1, 50, 1, NewtonConfig{}), NewtonMode::one_pass);
+    EXPECT_EQ(mode_for(16, 50, 1, NewtonConfig{}), parallel_mode(16, 1, false));
+    EXPECT_EQ(mode_for(15, 50, 1, NewtonConfig{}), parallel_mode(15, 1, false));
+    EXPECT_EQ(mode_for(fused_with_atol_from, 50, 1, atol), NewtonMode::fused);
+    EXPECT_EQ(mode_for(fused_with_atol_from / 2, 50, 1, atol), NewtonMode::newton);
   }
 
   // With a ratio below one even a single (batch, group) leaves Newton the better choice.
@@ -246,7 +256,7 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
   EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true));      // fits one window on a host
   EXPECT_EQ(mode_for(1, 5000, 1, cheap), parallel_mode(1, 1, false));
   cheap.residual_atol = 1e-9; // the fused mode stops each window on its own
-  EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true));
+  EXPECT_EQ(mode_for(1, 100, 1, cheap), parallel_mode(1, 1, true, true));
   cheap.jacobian = NewtonJacobian::quasi; // which the fused kernel does not run
   EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA build cost of paraseq and its kernels' speed, on a GPU machine with CUDA, CMake, Ninja
-# and PyTorch but no Kokkos (the H200 machine of docs/performance.md, "Build cost").
+# and PyTorch but no Kokkos (the H200 or H100 machines of docs/performance.md, "Build cost"; the
+# report names the GPU and the host's processor).
 #
 #   tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]
 #
@@ -75,7 +76,7 @@ ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FA
 finished=$(date +%s.%N)
 wait "$pytest_pid" || true
 tail -n 3 "$out/pytest-cuda.log"
-python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "H200 machine, $jobs cores, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   --out "$out/build-cost.json" | tee "$out/build-cost.txt"
 python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
 import json, sys

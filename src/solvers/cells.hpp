@@ -182,15 +182,19 @@ struct ParaGRUHeads {
 
   // J[i * d + j] = df_i / dh_j = delta_ij (1 - z_i) + (c_i - h_i) z_i' A_z[j][i]
   //                              + z_i c_i' (A_c[j][i] r_j + sum_k A_r[j][k] h_k r_k' A_c[k][i]),
-  // with z' = z (1 - z), r' = r (1 - r), c' = 1 - c^2.
+  // with z' = z (1 - z), r' = r (1 - r), c' = 1 - c^2. Both linearisations are called, not inlined:
+  // loop nests of run-time size (d_head) whose arrays live in local memory either way, which the
+  // scans' and the fused kernel's unrolled steps would otherwise each compile again (half of nvcc's
+  // time for the head GRU's units, measured with nvcc 13.0 on 2026-12-05).
   template <class Acc>
-  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
+  KOKKOS_FUNCTION __attribute__((noinline)) void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {
     linearize_rows<false>(g, h, u, f, J);
   }
 
   // f and J's diagonal alone, in O(d^2) rather than linearize's O(d^3): the quasi Jacobian.
   template <class Acc>
-  KOKKOS_INLINE_FUNCTION void linearize_diagonal(int g, const Acc* h, const Acc* u, Acc* f, Acc* J_diag) const {
+  KOKKOS_FUNCTION __attribute__((noinline)) void linearize_diagonal(int g, const Acc* h, const Acc* u, Acc* f,
+                                                                    Acc* J_diag) const {
     linearize_rows<true>(g, h, u, f, J_diag);
   }
 

@@ -550,6 +550,18 @@ def _structure_type(structure, d):
     return f"paraseq::DenseUpTo<{d}>" if structure == "dense" else STRUCTURE_TYPES[structure]
 
 
+# Groups of this many state values or more have their linearisation called rather than inlined: on
+# dual numbers of d derivatives it is a large body that the scans' and the fused kernel's unrolled
+# steps would each compile again (a dense cell of 5 values with nvcc 13.0 on the 2-core machine,
+# 2026-12-05: its fused family 68 s inlined, 47 s called; one-pass 86 s, 55 s; newton 45 s, 25 s).
+CALLED_LINEARIZE_GROUP_SIZE = 4
+
+
+def _linearize_qualifiers(d):
+    return ("KOKKOS_FUNCTION __attribute__((noinline))" if d >= CALLED_LINEARIZE_GROUP_SIZE
+            else "KOKKOS_INLINE_FUNCTION")
+
+
 def cell_source(program, structure, d):
     """The C++ struct UserCell<T, Space> of one group's program."""
     inputs, params = len(program.input_columns), len(program.param_columns)
@@ -605,7 +617,7 @@ struct UserCell {{
 
   // f and J = df/dh (row-major): evaluate on dual numbers seeded with the group's state.
   template <class Acc>
-  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {{
+  {_linearize_qualifiers(d)} void linearize(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {{
     using D = paraseq::ode::Dual<Acc, group_size>;
     D h_dual[group_size], u_dual[max_inputs_per_group], f_dual[group_size];
     for (int i = 0; i < group_size; ++i) h_dual[i] = D::variable(h[i], i);

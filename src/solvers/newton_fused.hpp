@@ -21,8 +21,11 @@
 // whether the whole window (its batch element, its tile of groups, the window's steps, from the
 // state the previous window ended in) is within atol. If it is, the window stops before its update:
 // its iterate is final, with max |F| <= atol. Each window decides from its own data alone, so the
-// result does not depend on the other teams (bitwise repeatable). Without atol the check is a branch
-// that is never taken. The most iterations any window ran is an atomic max into a device scalar.
+// result does not depend on the other teams (bitwise repeatable). The check is compiled only into
+// the kernel that runs with atol (EarlyExit): as a branch never taken it cost the kernel without
+// atol 21 registers (ParaGRU in float, sm_90, nvcc 13.0: 96 before e150194, 117 after), and that
+// kernel became 30% slower at (16, 4096, 1024) on the H200 with the same commit (0.80 -> 1.04 ms).
+// The most iterations any window ran is an atomic max into a device scalar.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/ordered_scan.hpp>
@@ -180,7 +183,7 @@ struct LinearizedStep {
   }
 };
 
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
@@ -200,9 +203,8 @@ struct FusedNewton {
   Acc omega;
   InitialGuess guess;
   int tiles;
-  bool early_exit;   // residual_atol is set: a window stops once its max |F| <= atol
-  double atol;
-  // With early_exit: the most iterations any window ran (atomic max; 0 on entry). Empty otherwise.
+  double atol; // with EarlyExit (residual_atol is set) a window stops once its max |F| <= atol
+  // With EarlyExit: the most iterations any window ran (atomic max; 0 on entry). Empty otherwise.
   Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
@@ -232,7 +234,8 @@ struct FusedNewton {
     int most = 0; // the most iterations a window of this team ran (the same on every thread)
     for (int start = 0; start < shape.steps; start += plan.window)
       most = Kokkos::max(most, run_window_at(team, me, shared, start, WindowsInOrder{}));
-    if (early_exit && team.team_rank() == 0) Kokkos::atomic_max(&iterations_run(), most);
+    if constexpr (EarlyExit)
+      if (team.team_rank() == 0) Kokkos::atomic_max(&iterations_run(), most);
   }
 
   // A window in which every thread holds a full chunk (the same decision for the whole team)
@@ -307,11 +310,11 @@ struct FusedNewton {
       chain.begin_iteration(team, me, shared, iteration);
       if (working)
         for (int i = 0; i < d; ++i) entering[i] = p == 0 ? shared.carry[i] : boundary_of(p - 1)[i];
-      // Whether |F| <= atol at this thread's steps and channels (NaN is not); checked with early_exit.
+      // Whether |F| <= atol at this thread's steps and channels (NaN is not); checked with EarlyExit.
       int within = 1;
       // Compose. The last thread's map is never used: it linearises only to fill its cache, or to
       // check its residual.
-      if (working && (Cached || p < active - 1 || early_exit || Chain::needs_window_map)) {
+      if (working && (Cached || p < active - 1 || EarlyExit || Chain::needs_window_map)) {
         Acc map[MapSize];
         map_identity<Acc, D>(d, map);
         PARASEQ_UNROLL
@@ -320,7 +323,7 @@ struct FusedNewton {
           Acc f[D], J[D * D];
           cell.linearize(g, s == 0 ? entering : x[s - 1], in[s], f, J);
           map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
-          if (early_exit)
+          if constexpr (EarlyExit)
             for (int i = 0; i < d; ++i) within &= int(double(Kokkos::fabs(f[i] - x[s][i])) <= atol);
           if constexpr (Cached) {
             for (int i = 0; i < d; ++i) cached_f[s][i] = f[i];
@@ -333,7 +336,7 @@ struct FusedNewton {
       team.team_barrier();
       // Early exit: the iterate is final when the whole window is within atol. The scratch this
       // iteration read is not written again before the next window's first barrier.
-      if (early_exit) {
+      if constexpr (EarlyExit) {
         team.team_reduce(Kokkos::Min<int, ExecSpace>(within));
         if (within) {
           ran = iteration;
@@ -439,13 +442,17 @@ Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return iterations_run;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
-  auto functor_for = [&](const FusedPlan& chosen) {
-    return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>{
-        cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles,
-        bool(config.residual_atol), config.residual_atol.value_or(0), iterations_run};
+  auto run = [&]<bool EarlyExit>() {
+    auto functor_for = [&](const FusedPlan& chosen) {
+      return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, EarlyExit>{
+          cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles,
+          config.residual_atol.value_or(0), iterations_run};
+    };
+    plan = fit_fused_plan<Acc>(space, plan, league, config, functor_for(plan));
+    launch_fused<Acc>("paraseq::newton_fused", space, league, functor_for(plan));
   };
-  plan = fit_fused_plan<Acc>(space, plan, league, config, functor_for(plan));
-  launch_fused<Acc>("paraseq::newton_fused", space, league, functor_for(plan));
+  if (config.residual_atol) run.template operator()<true>();
+  else run.template operator()<false>();
   return iterations_run;
 }
 

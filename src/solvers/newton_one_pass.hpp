@@ -138,7 +138,7 @@ struct OnePassChain {
 // with FusedNewton's machinery and OnePassChain.
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
 struct OnePassNewton {
-  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View>;
+  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D>;
 
@@ -178,7 +178,7 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
     const std::size_t per_level = std::size_t(K) * windows * shape.batch * shape.groups;
     typename functor_type::chain_type chain{values,  values + per_level * MapSize, values + per_level * (MapSize + D),
                                             statuses.data(), K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
-    return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, false, 0, {}},
+    return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, 0, {}},
                         chosen, chain, statuses};
   };
   plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, {}));

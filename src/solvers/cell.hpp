@@ -138,6 +138,20 @@ constexpr void check_cell_gradient() {
 template <class Cell>
 inline constexpr int cell_group_bound = Cell::structure::max_group_size;
 
+// f and J's diagonal (d values) of cell group g: the cell's linearize_diagonal where it has one, else
+// the diagonal of its full linearize. The quasi Jacobian of every solver takes it from here.
+template <class Acc, class Cell>
+KOKKOS_INLINE_FUNCTION void linearize_diagonal_of(const Cell& cell, int g, int d, const Acc* h, const Acc* u, Acc* f,
+                                                  Acc* J_diag) {
+  if constexpr (has_cell_linearize_diagonal<Cell, Acc>) {
+    cell.linearize_diagonal(g, h, u, f, J_diag);
+  } else {
+    Acc J[cell_group_bound<Cell> * cell_group_bound<Cell>];
+    cell.linearize(g, h, u, f, J);
+    for (int i = 0; i < d; ++i) J_diag[i] = J[i * (d + 1)];
+  }
+}
+
 template <class Cell>
 concept declares_group_size = is_dense_v<typename Cell::structure> && requires(const Cell& cell) {
   { cell.group_size() } -> std::convertible_to<int>;

@@ -284,14 +284,18 @@ struct LinearizeSlice {
 
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
     const int g = int(index % groups), t = int(index / groups % steps), b = int(index / groups / steps);
-    Acc h_prev[D], in[Cell::max_inputs_per_group], f[D], J[D * D];
+    Acc h_prev[D], in[Cell::max_inputs_per_group], f[D];
     iterate.template load<Acc>(b, t - 1, g, h_prev);
     paraseq::detail::gather_inputs<Acc>(cell, u, b, t, g, in);
-    cell.linearize(g, h_prev, in, f, J);
     using value = typename AView::value_type;
-    for (int i = 0; i < d; ++i) {
-      if constexpr (std::is_same_v<ScanStructure, Diagonal>) A(b, t, g * d + i) = value(J[i * d + i]);
-      else
+    if constexpr (std::is_same_v<ScanStructure, Diagonal>) {
+      Acc J_diag[D];
+      paraseq::detail::linearize_diagonal_of(cell, g, d, h_prev, in, f, J_diag);
+      for (int i = 0; i < d; ++i) A(b, t, g * d + i) = value(J_diag[i]);
+    } else {
+      Acc J[D * D];
+      cell.linearize(g, h_prev, in, f, J);
+      for (int i = 0; i < d; ++i)
         for (int j = 0; j < d; ++j) {
           if constexpr (is_dense_v<ScanStructure>) A(b, t, i, j) = value(J[i * d + j]);
           else A(b, t, g, i, j) = value(J[i * d + j]);

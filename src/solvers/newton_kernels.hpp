@@ -81,21 +81,14 @@ struct NewtonLinearization {
   KOKKOS_INLINE_FUNCTION int cell_group(int g) const { return Quasi ? g / d : g; }
 
   // f(h^k_{t-1}, u_t), h^k_t and the Jacobian of the cell group holding scan group g: J (d x d),
-  // or with Quasi its diagonal, from the cell's linearize_diagonal where it has one (cell.hpp).
+  // or with Quasi its diagonal (linearize_diagonal_of, cell.hpp).
   KOKKOS_INLINE_FUNCTION void operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
     Acc h_prev[D], in[Cell::max_inputs_per_group];
     old.template load<Acc>(b, t - 1, cell_group(g), h_prev);
     old.template load<Acc>(b, t, cell_group(g), h_t);
     gather_inputs<Acc>(cell, u, b, t, cell_group(g), in);
-    if constexpr (!Quasi) {
-      cell.linearize(cell_group(g), h_prev, in, f, J);
-    } else if constexpr (has_cell_linearize_diagonal<Cell, Acc>) {
-      cell.linearize_diagonal(cell_group(g), h_prev, in, f, J);
-    } else {
-      Acc full[D * D];
-      cell.linearize(cell_group(g), h_prev, in, f, full);
-      for (int i = 0; i < d; ++i) J[i] = full[i * (d + 1)];
-    }
+    if constexpr (Quasi) linearize_diagonal_of(cell, cell_group(g), d, h_prev, in, f, J);
+    else cell.linearize(cell_group(g), h_prev, in, f, J);
   }
 
   KOKKOS_INLINE_FUNCTION void initial(int, int, Acc* x) const {

@@ -46,6 +46,26 @@ CASES = {
         x = torch.rand(2, 128, 8, dtype=torch.float64, device=DEVICE)
         run = lambda: newton_apply(cell, x, NewtonConfig(max_iters=4), compile=True)
     """,
+    "newton_apply dense GRU cell (H = 5), float32": """
+        import torch
+        from torch import nn
+        from paraseq import NewtonConfig, newton_apply
+        class Cell(nn.Module):
+            hidden_size, jac_structure = 5, "dense"
+            def __init__(self):
+                super().__init__()
+                self.input_map = nn.Linear(3, 15)
+                self.recurrent_map = nn.Linear(5, 15, bias=False)
+            def step(self, h, x):
+                gx, gh = self.input_map(x), self.recurrent_map(h)
+                z = torch.sigmoid(gx[..., :5] + gh[..., :5])
+                r = torch.sigmoid(gx[..., 5:10] + gh[..., 5:10])
+                c = torch.tanh(gx[..., 10:] + r * gh[..., 10:])
+                return z * h + (1 - z) * c
+        cell = Cell().to(DEVICE)
+        x = torch.rand(2, 128, 3, device=DEVICE)
+        run = lambda: newton_apply(cell, x, NewtonConfig(max_iters=4), compile=True)
+    """,
 }
 
 TIMED = """

@@ -10,7 +10,7 @@
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest; python/tests/test_cuda.py then runs
-# on the idle host (pytest-cuda.log; its compiled-path tests compile extensions with nvcc, which
+# beside the CUDA ctest on an otherwise idle host (pytest-cuda.log; its compiled-path tests compile extensions with nvcc, which
 # beside the build's second phase did not finish in 420 s on 2026-12-05). OUT receives
 # build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times),
 # ctest.log, extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
@@ -69,12 +69,18 @@ ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { gre
 operators=$(date +%s.%N)
 ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
+# The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
+# mostly compiles, and only their outcomes are reported.
+ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
+ctest_pid=$!
 # The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
 # compiled-path tests each compile an extension with nvcc (its units in parallel), which a lock shares
 # between processes.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
   timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-420}" python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
 tail -n 3 "$out/pytest-cuda.log"
+wait $ctest_pid || true
+tail -n 4 "$out/ctest.log"
 python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   --out "$out/build-cost.json" | tee "$out/build-cost.txt"
 python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
@@ -87,9 +93,6 @@ report["phases"] = {"operator_library_seconds": round(operators - start, 1),
 json.dump(report, open(path, "w"), indent=1)
 print("phases:", report["phases"])
 EOF
-
-ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 || true
-tail -n 4 "$out/ctest.log"
 
 # The target benchmarks of docs/performance.md: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'

@@ -10,8 +10,9 @@
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest; python/tests/test_cuda.py then runs
-# beside the CUDA ctest on an otherwise idle host (pytest-cuda.log; its compiled-path tests compile extensions with nvcc, which
-# beside the build's second phase did not finish in 420 s on 2026-12-05). OUT receives
+# beside the CUDA ctest on an otherwise idle host (pytest-cuda.log; its compiled-path tests compile
+# extensions with nvcc, which beside the build's second phase did not finish in 420 s on
+# 2026-12-05). OUT receives
 # build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times),
 # ctest.log, extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
 # compile) and bench.json from the target benchmarks, then compare-gru.json,

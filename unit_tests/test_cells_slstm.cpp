@@ -1,9 +1,10 @@
 // ParaSLSTM (the xLSTM sLSTM cell with diagonal recurrence, cells.hpp) on every enabled execution
 // space: its Jacobian against central differences of its step (also at a tie of the stabiliser's
-// max), its argument checks, and the sequential and newton modes (exact and quasi Jacobian) against
-// a float64 loop over t written from the sLSTM equations (slstm_checks.hpp). The fused mode:
-// test_cells_slstm_fused.cpp; newton_backward's gradients: test_cells_slstm_gradients.cpp (units of
-// their own: each family of a 4x4-block cell's kernels costs tens of seconds under nvcc).
+// max), its argument checks, and the sequential mode's forward and gradients against a float64 loop
+// over t written from the sLSTM equations (slstm_checks.hpp). Each other kernel family has a unit of
+// its own, since each costs tens of seconds under nvcc for a 4x4-block cell: the newton mode with the
+// exact Jacobian (test_cells_slstm_newton.cpp) and the quasi one (test_cells_slstm_quasi.cpp), the
+// newton mode's gradients (test_cells_slstm_gradients.cpp), the fused mode (test_cells_slstm_fused.cpp).
 
 #include "slstm_checks.hpp"
 
@@ -89,11 +90,13 @@ TYPED_TEST(SlstmCell, RejectsARecurrentWeightOfTheWrongShapeAndAnEpsNotPositiveA
   }
 }
 
-TYPED_TEST(SlstmCell, SequentialAndNewtonModesMatchTheLoop) {
-  using Space = TypeParam;
-  expect_slstm_mode_matches_the_loop<Space, CompiledNewtonModes::sequential>(NewtonMode::sequential, NewtonJacobian::exact, 0);
-  expect_slstm_mode_matches_the_loop<Space, CompiledNewtonModes::newton>(NewtonMode::newton, NewtonJacobian::exact, 30);
-  expect_slstm_mode_matches_the_loop<Space, CompiledNewtonModes::newton_quasi>(NewtonMode::newton, NewtonJacobian::quasi, 200);
+TYPED_TEST(SlstmCell, SequentialModeMatchesTheLoop) {
+  expect_slstm_mode_matches_the_loop<TypeParam, CompiledNewtonModes::sequential>(NewtonMode::sequential,
+                                                                                NewtonJacobian::exact, 0);
+}
+
+TYPED_TEST(SlstmCell, SequentialModeGradientsMatchFiniteDifferencesOfTheLoop) {
+  expect_slstm_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::sequential>(NewtonMode::sequential);
 }
 
 } // namespace

@@ -1,6 +1,6 @@
-// ParaSLSTM's gradients (newton_backward) in the newton and sequential modes on every enabled
-// execution space, against central differences of the float64 loop (slstm_checks.hpp); the fused
-// mode's: test_cells_slstm_fused.cpp.
+// ParaSLSTM's gradients (newton_backward) in the newton mode on every enabled execution space,
+// against central differences of the float64 loop (slstm_checks.hpp); the sequential mode's:
+// test_cells_slstm.cpp; the fused mode's: test_cells_slstm_fused.cpp.
 
 #include "slstm_checks.hpp"
 
@@ -15,10 +15,6 @@ TYPED_TEST_SUITE(SlstmGradients, ExecutionSpaces, SpaceName);
 
 TYPED_TEST(SlstmGradients, NewtonModeMatchesFiniteDifferencesOfTheLoop) {
   expect_slstm_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::newton>(NewtonMode::newton);
-}
-
-TYPED_TEST(SlstmGradients, SequentialModeMatchesFiniteDifferencesOfTheLoop) {
-  expect_slstm_gradients_match_finite_differences<TypeParam, CompiledNewtonModes::sequential>(NewtonMode::sequential);
 }
 
 } // namespace

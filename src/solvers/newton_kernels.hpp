@@ -65,6 +65,14 @@ struct Iterate {
   }
 };
 
+// linearize_diagonal_of, called rather than inlined: a quasi scan is diagonal over channels, and its
+// kernels unroll several channels per thread, so a group of d >= 4 inlined there costs nvcc minutes.
+template <class Acc, class Cell>
+KOKKOS_FUNCTION __attribute__((noinline)) void linearize_diagonal_called(const Cell& cell, int g, int d, const Acc* h,
+                                                                         const Acc* u, Acc* f, Acc* J_diag) {
+  linearize_diagonal_of(cell, g, d, h, u, f, J_diag);
+}
+
 // The fused operands of one Newton iteration for the ordered scan (state: delta). With Quasi the
 // scan is diagonal over channels and uses only J's diagonal; otherwise its groups are the cell's.
 template <class Acc, class Cell, bool Quasi, class UView, class Iterate, class HOut>
@@ -87,7 +95,8 @@ struct NewtonLinearization {
     old.template load<Acc>(b, t - 1, cell_group(g), h_prev);
     old.template load<Acc>(b, t, cell_group(g), h_t);
     gather_inputs<Acc>(cell, u, b, t, cell_group(g), in);
-    if constexpr (Quasi) linearize_diagonal_of(cell, cell_group(g), d, h_prev, in, f, J);
+    if constexpr (Quasi && D >= 4) linearize_diagonal_called(cell, cell_group(g), d, h_prev, in, f, J);
+    else if constexpr (Quasi) linearize_diagonal_of(cell, cell_group(g), d, h_prev, in, f, J);
     else cell.linearize(cell_group(g), h_prev, in, f, J);
   }
 

@@ -22,7 +22,7 @@
 # an idle host; compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode) comes last,
 # unless PARASEQ_COMPARE_ODE=0. PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names
 # the compare.py sections to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and
-# PARASEQ_PYTEST_CUDA_SECONDS (default 420) limits test_cuda.py. BASELINE_TAR, a
+# PARASEQ_PYTEST_CUDA_SECONDS (default 480) limits test_cuda.py. BASELINE_TAR, a
 # `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
 # cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
 # the sources' commit in build-cost.json where this copy of the tree has other git metadata.
@@ -75,10 +75,11 @@ finished=$(date +%s.%N)
 ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
 ctest_pid=$!
 # The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
-# compiled-path tests each compile an extension with nvcc (its units in parallel), which a lock shares
-# between processes.
+# compiled-path tests each compile an extension with nvcc (its units in parallel) into a cache the
+# processes share, one compile at a time. pytest-timeout's limit per test makes a hung test fail
+# with its stack, so the summary with every failure's message is printed within the overall limit.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-420}" python3 -m pytest -v -n 4 -p no:cacheprovider "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+  timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -n 4 -p no:cacheprovider --timeout 360 "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
 tail -n 3 "$out/pytest-cuda.log"
 wait $ctest_pid || true
 tail -n 4 "$out/ctest.log"

@@ -34,12 +34,18 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session", autouse=True)
 def compiled_extension_cache(tmp_path_factory):
-    """One cache directory for the session's generated extensions (odeint's compiled path), so
-    that each compiles once; PARASEQ_CACHE_DIR when set."""
+    """One cache directory for the run's generated extensions (the compiled path), so that each
+    compiles once; PARASEQ_CACHE_DIR when set. pytest-xdist's workers share it (their temporary
+    directories' parent): the extensions' file lock lets one compile while the others wait."""
     if os.environ.get("PARASEQ_CACHE_DIR"):
         yield
         return
-    os.environ["PARASEQ_CACHE_DIR"] = str(tmp_path_factory.mktemp("paraseq-cache"))
+    run_directory = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_directory = run_directory.parent
+    cache = run_directory / "paraseq-cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["PARASEQ_CACHE_DIR"] = str(cache)
     yield
     del os.environ["PARASEQ_CACHE_DIR"]
 

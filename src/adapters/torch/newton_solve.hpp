@@ -11,7 +11,24 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include <ATen/ops/zeros.h>
+
 namespace paraseq::torch_bridge {
+
+// Calls f(h0): tensors.h0 as a View or, where the call has none, ZeroInitialState for a built-in
+// cell (its compiled instances take either) and zeros [B, N] for a cell of one's own, whose solver
+// is then compiled for one type of initial state instead of two.
+template <class T, class Space, class Cell, class F>
+void with_initial_state(const Cell& cell, const NewtonTensors& tensors, const F& f) {
+  if constexpr (detail::is_builtin_cell_v<Cell>) {
+    if (tensors.h0.defined()) f(as_view<const T, 2, Space>(tensors.h0));
+    else f(ZeroInitialState{});
+  } else {
+    const at::Tensor h0 =
+        tensors.h0.defined() ? tensors.h0 : at::zeros({tensors.h.size(0), tensors.h.size(2)}, tensors.h.options());
+    f(as_view<const T, 2, Space>(h0));
+  }
+}
 
 template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>
 void newton_forward_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
@@ -24,9 +41,9 @@ void newton_forward_on(const char* op, const NewtonTensors& tensors, const Newto
   NewtonStats<Mem>* stats_ptr = with_residual ? &stats : nullptr;
   translate_errors([&] {
     try {
-      if (tensors.h0.defined())
-        newton_solve<Modes>(space, cell, u_view, h_view, config, as_view<const T, 2, Space>(tensors.h0), stats_ptr);
-      else newton_solve<Modes>(space, cell, u_view, h_view, config, ZeroInitialState{}, stats_ptr);
+      with_initial_state<T, Space>(cell, tensors, [&](const auto& h0) {
+        newton_solve<Modes>(space, cell, u_view, h_view, config, h0, stats_ptr);
+      });
     } catch (const NewtonDivergenceError& error) {
       // With the residual asked for, the failed result and its residual are returned (the solver
       // fills both before it throws) and the caller checks them: paraseq.newton_apply raises
@@ -54,10 +71,9 @@ void newton_gradients_on(const char* op, const NewtonTensors& tensors, const New
   const auto dp_view = as_view<T, 1, Space>(tensors.dparams);
   const auto dh0_view = as_view<T, 2, Space>(tensors.dh0);
   translate_errors([&] {
-    if (tensors.h0.defined())
-      newton_backward<Modes>(space, cell, u_view, h_view, g_view, du_view, dp_view, as_view<const T, 2, Space>(tensors.h0),
-                             dh0_view, config);
-    else newton_backward<Modes>(space, cell, u_view, h_view, g_view, du_view, dp_view, ZeroInitialState{}, dh0_view, config);
+    with_initial_state<T, Space>(cell, tensors, [&](const auto& h0) {
+      newton_backward<Modes>(space, cell, u_view, h_view, g_view, du_view, dp_view, h0, dh0_view, config);
+    });
   });
 }
 

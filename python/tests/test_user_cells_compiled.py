@@ -654,3 +654,20 @@ def test_a_second_eager_call_does_not_trace_the_step_again(monkeypatch):
     third = newton_apply(cell, x, CONVERGED, h0=h0, compile=True)
     assert traces == []
     torch.testing.assert_close(third, cell_loop(cell, x, h0), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("structure", ["diag", "block2", "dense"])
+def test_each_extern_piece_of_a_cuda_extension_is_defined_in_exactly_one_of_its_units(structure):
+    """A CUDA build's extension (generated here without compiling) splits its solves into units:
+    every piece the shared header and the operators' unit declare extern, and nothing else, is
+    explicitly instantiated by exactly one unit, so the link has each piece once."""
+    files = _compiled_cell._extension_sources("ns", "", structure, torch.float64, True, ".cu")
+    declared = [line.removeprefix("extern ") for text in (files["ns.hpp"], files["ns.cu"])
+                for line in text.splitlines() if line.startswith("extern template")]
+    defined = [line for name, text in files.items() if name not in ("ns.hpp", "ns.cu")
+               for line in text.splitlines() if line.startswith("template ")]
+    assert sorted(declared) == sorted(defined) and len(set(defined)) == len(defined)
+    scan_kernels = [line for line in defined if "ScanKernel" in line]
+    assert len(scan_kernels) == 2 * (2 if structure == "diag" else 3)  # Apply, Chained of each scan
+    quasi_forward = "forward_family<paraseq::CompiledNewtonModes::newton_quasi>"  # a diagonal cell's is its exact one
+    assert sum(quasi_forward in line for line in defined) == (0 if structure == "diag" else 1)

@@ -12,10 +12,9 @@
 # operator library alone (`ninja paraseq_torch`), then the rest; python/tests/test_cuda.py then runs
 # beside the CUDA ctest on an otherwise idle host (pytest-cuda.log; its compiled-path tests compile
 # extensions with nvcc, which beside the build's second phase did not finish in 420 s on
-# 2026-12-05). OUT receives
-# build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times),
-# ctest.log, extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
-# compile) and bench.json from the target benchmarks, then compare-gru.json,
+# 2026-12-05). OUT receives build-cost.json (perf_tests/build_cost.py over the Ninja log, with
+# both phases' wall times), ctest.log, extension-compile.json (perf_tests/extension_compile.py: the
+# compiled path's nvcc compile) and bench.json from the target benchmarks, then compare-gru.json,
 # compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
 # here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets), in that order, on

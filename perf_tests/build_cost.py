@@ -2,6 +2,7 @@
 """The build cost of a build tree: its Ninja log as a JSON report of units and their times.
 
     perf_tests/build_cost.py BUILD_DIR [--out REPORT.json] [--machine NAME] [--commit SHA] [--top 10]
+                             [--alone OUTPUT ...]
 
 Reads BUILD_DIR/.ninja_log (the last build of every output; the wall time is meaningful for a
 tree built once, from empty), prints the slowest units and, with
@@ -9,6 +10,11 @@ tree built once, from empty), prints the slowest units and, with
 and every unit with its seconds, slowest first. docs/performance.md ("Build cost") shows the numbers.
 The commit is this checkout's HEAD unless --commit names it (a copy of the tree on another machine
 may carry other git metadata than its sources).
+
+--alone OUTPUT ... compiles those outputs again after the log is read, one at a time (Ninja with one
+job, on a host that is otherwise idle), and reports their seconds as `units_alone`: what one unit
+costs a user who compiles it by itself, e.g. an application unit that calls newton_solve, whose
+time in a parallel build depends on what compiles beside it.
 """
 
 import argparse
@@ -17,6 +23,7 @@ import json
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -67,6 +74,17 @@ def report(build_dir, machine, commit=None):
     }
 
 
+def compile_alone(build_dir, outputs):
+    """[{output, seconds}] of each output compiled again by itself (Ninja, one job)."""
+    timed = []
+    for output in outputs:
+        (Path(build_dir) / output).unlink(missing_ok=True)
+        start = time.perf_counter()
+        subprocess.run(["ninja", "-C", str(build_dir), "-j", "1", output], check=True, capture_output=True)
+        timed.append({"output": output, "seconds": round(time.perf_counter() - start, 3)})
+    return timed
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build_dir")
@@ -74,12 +92,18 @@ def main(argv=None):
     parser.add_argument("--machine", help="the machine's name in the report (default: the host name)")
     parser.add_argument("--commit", help="the sources' commit in the report (default: this checkout's HEAD)")
     parser.add_argument("--top", type=int, default=10, help="how many of the slowest units to print")
+    parser.add_argument("--alone", nargs="+", default=[], metavar="OUTPUT",
+                        help="outputs (paths in the build tree) to compile again one at a time, timed")
     args = parser.parse_args(argv)
     result = report(args.build_dir, args.machine, args.commit)
+    if args.alone:
+        result["units_alone"] = compile_alone(args.build_dir, args.alone)
     print(f"build cost of {args.build_dir}: {result['wall_seconds']:.1f} s wall, {result['cpu_seconds']:.1f} s "
           f"of units, {len(result['units'])} units; the {args.top} slowest:")
     for unit in result["units"][:args.top]:
         print(f"  {unit['seconds']:8.1f} s  {unit['output']}")
+    for unit in result.get("units_alone", []):
+        print(f"  {unit['seconds']:8.1f} s  {unit['output']} (compiled alone)")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0

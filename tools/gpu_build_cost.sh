@@ -9,22 +9,22 @@
 # googletest/, benchmark/.
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
-# operator library alone (`ninja paraseq_torch`), then the rest; python/tests/test_cuda.py then runs
-# beside the CUDA ctest on an otherwise idle host (pytest-cuda.log; its compiled-path tests compile
-# extensions with nvcc, which beside the build's second phase did not finish in 420 s on
-# 2026-12-05). OUT receives build-cost.json (perf_tests/build_cost.py over the Ninja log, with
-# both phases' wall times), ctest.log, extension-compile.json (perf_tests/extension_compile.py: the
-# compiled path's nvcc compile) and bench.json from the target benchmarks, then compare-gru.json,
+# operator library alone (`ninja paraseq_torch`), then the rest. OUT receives, in this order:
+# build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times and
+# the application units compiled again one at a time on the idle host); ctest.log and
+# pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose compiled-path tests compile
+# extensions with nvcc); bench.json from the target benchmarks on the idle host; extension-compile.json
+# (perf_tests/extension_compile.py: the compiled path's nvcc compile); then compare-gru.json,
 # compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
-# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets), in that order, on
-# an idle host; compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode) comes last,
-# unless PARASEQ_COMPARE_ODE=0. PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names
-# the compare.py sections to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and
-# PARASEQ_PYTEST_CUDA_SECONDS (default 480) limits test_cuda.py. BASELINE_TAR, a
-# `git archive` of an earlier commit, has its benchmark binary built last (nothing else shares the
-# cores with it) and measured in the same run: bench-baseline.json. PARASEQ_SOURCE_COMMIT names
-# the sources' commit in build-cost.json where this copy of the tree has other git metadata.
+# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
+# (torch.compile's cold compiles, torchdiffeq, torchode) comes last, unless PARASEQ_COMPARE_ODE=0.
+# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names the compare.py sections to
+# run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
+# 480) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark
+# binary built beside the tests (its build time is not measured) and measured right after this
+# tree's, on the idle host: bench-baseline.json. PARASEQ_SOURCE_COMMIT names the sources' commit in
+# build-cost.json where this copy of the tree has other git metadata.
 set -euo pipefail
 deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
 out=$(realpath -m "${2:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
@@ -69,6 +69,33 @@ ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { gre
 operators=$(date +%s.%N)
 ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
+
+# The report, then the application units again, each alone on the idle host (--alone): the
+# build-cost probes and the two Newton examples, as a user who compiles one unit sees them.
+python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+  --alone perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/kokkos_core.cpp.o \
+  perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/newton_builtin_cell.cpp.o \
+  examples/CMakeFiles/paraseq_newton_gru.dir/newton_gru.cpp.o examples/CMakeFiles/paraseq_custom_cell.dir/custom_cell.cpp.o \
+  --out "$out/build-cost.json" | tee "$out/build-cost.txt"
+python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
+import json, sys
+path, start, operators, finished = sys.argv[1], *map(float, sys.argv[2:])
+report = json.load(open(path))
+report["phases"] = {"operator_library_seconds": round(operators - start, 1),
+                    "everything_else_seconds": round(finished - operators, 1),
+                    "full_build_seconds": round(finished - start, 1)}
+json.dump(report, open(path, "w"), indent=1)
+print("phases:", report["phases"])
+EOF
+
+# The baseline's benchmarks are built beside the tests (their build time is not measured).
+if [[ -n $baseline ]]; then
+  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
+    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
+    nice -n 19 ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1
+    echo $? >/tmp/baseline.rc) &
+  baseline_pid=$!
+fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
 # mostly compiles, and only their outcomes are reported.
 ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
@@ -82,20 +109,9 @@ PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH
 tail -n 3 "$out/pytest-cuda.log"
 wait $ctest_pid || true
 tail -n 4 "$out/ctest.log"
-python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
-  --out "$out/build-cost.json" | tee "$out/build-cost.txt"
-python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
-import json, sys
-path, start, operators, finished = sys.argv[1], *map(float, sys.argv[2:])
-report = json.load(open(path))
-report["phases"] = {"operator_library_seconds": round(operators - start, 1),
-                    "everything_else_seconds": round(finished - operators, 1),
-                    "full_build_seconds": round(finished - start, 1)}
-json.dump(report, open(path, "w"), indent=1)
-print("phases:", report["phases"])
-EOF
+[[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 
-# The target benchmarks of docs/performance.md: this tree, then the baseline.
+# The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
@@ -104,13 +120,20 @@ bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
 }
+if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
+  bench "$build" "$out/bench.json"
+  if [[ -n $baseline ]]; then
+    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then bench /tmp/build-baseline "$out/bench-baseline.json"; else
+      tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
+    fi
+  fi
+fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.
 PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
   timeout 300 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
   >"$out/extension-compile.log" 2>&1 || true
 tail -n 3 "$out/extension-compile.log"
-[[ ${PARASEQ_BENCH:-1} == 0 ]] || bench "$build" "$out/bench.json"
 compare() { # section time_limit_seconds [compare.py arguments]
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
@@ -124,14 +147,4 @@ for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head}; do
   esac
 done
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
-if [[ -n $baseline ]]; then # its build time is not measured
-  (mkdir -p /tmp/baseline && tar -xf "$baseline" -C /tmp/baseline >/tmp/baseline.log 2>&1 &&
-    configure /tmp/baseline /tmp/build-baseline >>/tmp/baseline.log 2>&1 &&
-    ninja -C /tmp/build-baseline -j "$jobs" paraseq_benchmarks >>/tmp/baseline.log 2>&1; echo $? >/tmp/baseline.rc)
-  if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
-    bench /tmp/build-baseline "$out/bench-baseline.json"
-  else
-    tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
-  fi
-fi
 echo "gpu_build_cost.sh: done"

@@ -152,9 +152,12 @@ void expect_elman_solve_matches_sequential_loop(int N, int T_steps) {
 }
 
 // The forward and the adjoint in one mode (of family Family) against central differences of the
-// float64 loop's loss sum(g * h), for du, dW and dh0.
-template <class Space, CompiledNewtonModes Family>
+// float64 loop's loss sum(g * h), for du, dW and dh0. With ForwardFamily = sequential the forward
+// is the sequential loop: the adjoint's unit then compiles no forward kernels of the mode (the fused
+// mode's forward has a unit of its own).
+template <class Space, CompiledNewtonModes Family, CompiledNewtonModes ForwardFamily = Family>
 void expect_elman_gradients_match_finite_differences(NewtonMode mode) {
+  static_assert(ForwardFamily == Family || ForwardFamily == CompiledNewtonModes::sequential);
   const int B = 2, T_steps = 5, N = 4;
   const auto W = contractive_matrix<Space>(N, 11, 1.5);
   View3<double, Space> u("u", B, T_steps, N), h("h", B, T_steps, N), g("g", B, T_steps, N), du("du", B, T_steps, N);
@@ -165,10 +168,11 @@ void expect_elman_gradients_match_finite_differences(NewtonMode mode) {
   fill_uniform(g, -1, 1, 14);
   const ElmanCell<double, typename Space::memory_space> cell{W};
   NewtonConfig config;
-  config.mode = mode;
+  config.mode = ForwardFamily == Family ? mode : NewtonMode::sequential;
   config.max_iters = T_steps; // exact after T iterations
-  newton_solve<Family>(Space{}, cell, u, h, config, h0);
+  newton_solve<ForwardFamily>(Space{}, cell, u, h, config, h0);
   EXPECT_LE(max_relative_error(h, elman_sequential(as_double2(W), as_double3(u), as_double2(h0))), 1e-12);
+  config.mode = mode;
 
   Host3 hu = as_double3(u), hg = as_double3(g);
   Host2 hW = as_double2(W), hh0 = as_double2(h0);

@@ -73,6 +73,25 @@ KOKKOS_FUNCTION __attribute__((noinline)) void linearize_diagonal_called(const C
   linearize_diagonal_of(cell, g, d, h, u, f, J_diag);
 }
 
+// A group's step, linearisation and vector-Jacobian product, called rather than inlined: the fused
+// kernels' groups above 4 (newton_fused.hpp) keep their chunks in local memory, and inlined into
+// each unrolled step of both window variants these made most of nvcc's time for a dense cell.
+template <class Acc, class Cell>
+KOKKOS_FUNCTION __attribute__((noinline)) void step_called(const Cell& cell, int g, const Acc* h, const Acc* u,
+                                                           Acc* f) {
+  cell.step(g, h, u, f);
+}
+template <class Acc, class Cell>
+KOKKOS_FUNCTION __attribute__((noinline)) void linearize_called(const Cell& cell, int g, const Acc* h, const Acc* u,
+                                                                Acc* f, Acc* J) {
+  cell.linearize(g, h, u, f, J);
+}
+template <class Acc, class Cell>
+KOKKOS_FUNCTION __attribute__((noinline)) void vjp_called(const Cell& cell, int g, const Acc* h, const Acc* u,
+                                                          const Acc* mu, Acc* dh, Acc* du, Acc* dp) {
+  cell.vjp(g, h, u, mu, dh, du, dp);
+}
+
 // The fused operands of one Newton iteration for the ordered scan (state: delta). With Quasi the
 // scan is diagonal over channels and uses only J's diagonal; otherwise its groups are the cell's.
 template <class Acc, class Cell, bool Quasi, class UView, class Iterate, class HOut>

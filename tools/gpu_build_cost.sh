@@ -18,7 +18,8 @@
 # compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
 # here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
-# (torch.compile's cold compiles, torchdiffeq, torchode) comes last, unless PARASEQ_COMPARE_ODE=0.
+# (torch.compile's cold compiles, torchdiffeq, torchode) comes after them, unless PARASEQ_COMPARE_ODE=0,
+# and Nsight Compute's reports last, with PARASEQ_NCU=1 (below).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names the compare.py sections to
 # run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
 # 480) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark
@@ -147,4 +148,15 @@ for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head}; do
   esac
 done
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
+# With PARASEQ_NCU=1, Nsight Compute's view of the long-sequence shape (1, 65536, 256): the fused
+# (mode 2) and one-pass (mode 4) ParaGRU forward, 8 kernel launches after the first 20 (one solve
+# and more), as ncu-mode2.csv and ncu-mode4.csv. The clocks are left alone (--clock-control none).
+if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
+  for mode in 2 4; do
+    timeout 150 ncu --clock-control none --launch-skip 20 --launch-count 8 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
+      --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode\$" --benchmark_min_time=5x \
+      >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
+  done
+fi
 echo "gpu_build_cost.sh: done"

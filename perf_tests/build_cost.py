@@ -5,9 +5,10 @@
                              [--alone OUTPUT ...]
 
 Reads BUILD_DIR/.ninja_log (the last build of every output; the wall time is meaningful for a
-tree built once, from empty), prints the slowest units and, with
---out, writes a report: the wall time (first start to last end), the CPU time (the sum over units),
-and every unit with its seconds, slowest first. docs/performance.md ("Build cost") shows the numbers.
+tree built once, from empty, by one Ninja run: each run restarts the log's clock), prints the
+slowest units and, with --out, writes a report: the wall time (first start to last end), the CPU
+time (the sum over units), and every unit with its seconds, slowest first. docs/performance.md
+("Build cost") shows the numbers.
 The commit is this checkout's HEAD unless --commit names it (a copy of the tree on another machine
 may carry other git metadata than its sources).
 

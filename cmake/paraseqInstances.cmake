@@ -11,7 +11,7 @@
 
 set(PARASEQ_ETI_TYPES float double)
 set(PARASEQ_ETI_STRUCTURES Diagonal "BlockDiagonal<2>" "BlockDiagonal<3>" "BlockDiagonal<4>" Dense)
-set(PARASEQ_ETI_CELLS ParaGRU ParaGRUHeads ParaLSTM)
+set(PARASEQ_ETI_CELLS ParaGRU ParaGRUHeads ParaLSTM ParaSLSTM)
 # The built-in fields of loops/fields.hpp, each as name|type|parameters|state size (parameters own:
 # [N, P] rows, whose gradient the instances compute, or shared: [Q]; state size fixed at compile
 # time or runtime), and the methods, compiled for the fused loops of ode::solve and

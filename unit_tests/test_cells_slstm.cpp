@@ -2,9 +2,11 @@
 // space: its Jacobian against central differences of its step (also at a tie of the stabiliser's
 // max), its argument checks, and the sequential mode's forward and gradients against a float64 loop
 // over t written from the sLSTM equations (slstm_checks.hpp). Each other kernel family has a unit of
-// its own, since each costs tens of seconds under nvcc for a 4x4-block cell: the newton mode with the
-// exact Jacobian (test_cells_slstm_newton.cpp) and the quasi one (test_cells_slstm_quasi.cpp), the
-// newton mode's gradients (test_cells_slstm_gradients.cpp), the fused mode (test_cells_slstm_fused.cpp).
+// its own: with PARASEQ_ETI these tests link the library's instances, but header-only
+// (PARASEQ_ETI=OFF) each family compiles here, tens of seconds under nvcc for a 4x4-block cell: the
+// newton mode with the exact Jacobian (test_cells_slstm_newton.cpp) and the quasi one
+// (test_cells_slstm_quasi.cpp), the newton mode's gradients (test_cells_slstm_gradients.cpp), the
+// fused mode (test_cells_slstm_fused.cpp).
 
 #include "slstm_checks.hpp"
 

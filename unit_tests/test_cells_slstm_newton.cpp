@@ -1,6 +1,6 @@
 // ParaSLSTM's newton mode with the exact Jacobian on every enabled execution space against the
 // float64 loop (slstm_checks.hpp): a unit of its own, as each kernel family of a 4x4-block cell
-// costs tens of seconds under nvcc (test_cells_slstm.cpp lists the others).
+// costs tens of seconds under nvcc when header-only (test_cells_slstm.cpp lists the others).
 
 #include "slstm_checks.hpp"
 

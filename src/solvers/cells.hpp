@@ -350,8 +350,8 @@ private:
   };
 };
 
-// The sLSTM cell with diagonal recurrence (pararnn's ParaSLSTM, mix="diag"); its header path only:
-// no compiled instances (cmake/paraseqInstances.cmake), so a solve compiles the modes it runs.
+// The sLSTM cell with diagonal recurrence (pararnn's ParaSLSTM, mix="diag"), 4x4 blocks per channel;
+// compiled instances in the paraseq library, as the other built-in cells (cmake/paraseqInstances.cmake).
 template <class T, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct ParaSLSTM {
   using structure = BlockDiagonal<4>;
@@ -479,11 +479,15 @@ inline constexpr bool is_builtin_cell_v<ParaGRUHeads<T, MemorySpace>> = true;
 template <class T, class MemorySpace>
 inline constexpr bool is_builtin_cell_v<ParaLSTM<T, MemorySpace>> = true;
 template <class T, class MemorySpace>
+inline constexpr bool is_builtin_cell_v<ParaSLSTM<T, MemorySpace>> = true;
+template <class T, class MemorySpace>
 inline constexpr bool is_compiled_cell_v<ParaGRU<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
 template <class T, class MemorySpace>
 inline constexpr bool is_compiled_cell_v<ParaGRUHeads<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
 template <class T, class MemorySpace>
 inline constexpr bool is_compiled_cell_v<ParaLSTM<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
+template <class T, class MemorySpace>
+inline constexpr bool is_compiled_cell_v<ParaSLSTM<T, MemorySpace>, T, MemorySpace> = std::is_floating_point_v<T>;
 } // namespace detail
 
 } // namespace paraseq

@@ -209,17 +209,6 @@ struct FusedNewton {
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
-  // The cell at one step: inlined for small groups, whose chunks live in registers; called for
-  // larger ones (newton_kernels.hpp, step_called).
-  KOKKOS_INLINE_FUNCTION void step(int g, const Acc* h, const Acc* in, Acc* f) const {
-    if constexpr (Cached) cell.step(g, h, in, f);
-    else step_called(cell, g, h, in, f);
-  }
-  KOKKOS_INLINE_FUNCTION void linearize(int g, const Acc* h, const Acc* in, Acc* f, Acc* J) const {
-    if constexpr (Cached) cell.linearize(g, h, in, f, J);
-    else linearize_called(cell, g, h, in, f, J);
-  }
-
   // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D] and
   // the lanes' carries [lanes][D].
   struct Scratch {
@@ -297,7 +286,7 @@ struct FusedNewton {
         for (int s = 0; s < Capacity; ++s) {
           if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
           const Acc zero[D] = {};
-          step(g, zero, in[s], x[s]);
+          repeated_step(cell, g, zero, in[s], x[s]);
           for (int i = 0; i < d; ++i) last[i] = x[s][i];
         }
       } else {
@@ -332,7 +321,7 @@ struct FusedNewton {
         for (int s = 0; s < Capacity; ++s) {
           if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
           Acc f[D], J[D * D];
-          linearize(g, s == 0 ? entering : x[s - 1], in[s], f, J);
+          repeated_linearize(cell, g, s == 0 ? entering : x[s - 1], in[s], f, J);
           map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
           if constexpr (EarlyExit)
             for (int i = 0; i < d; ++i) within &= int(double(Kokkos::fabs(f[i] - x[s][i])) <= atol);
@@ -371,7 +360,7 @@ struct FusedNewton {
             for (int i = 0; i < d; ++i) f[i] = cached_f[s][i];
             for (int i = 0; i < d * d; ++i) J[i] = cached_J[s][i];
           } else
-            linearize(g, previous, in[s], f, J); // the compose phase's arguments
+            repeated_linearize(cell, g, previous, in[s], f, J); // the compose phase's arguments
           small_matvec(d, J, delta, next, false);
           for (int i = 0; i < d; ++i) {
             delta[i] = next[i] + f[i] - x[s][i];

@@ -114,8 +114,7 @@ struct FusedAdjoint {
         for (int s = Capacity - 1; s >= 0; --s) {
           if (s >= count) continue;
           Acc f[D], J[D * D];
-          if constexpr (fused_caches_linearization<Cell>) cell.linearize(g, before[s], in[s], f, J);
-          else linearize_called(cell, g, before[s], in[s], f, J); // as the forward (newton_fused.hpp)
+          repeated_linearize(cell, g, before[s], in[s], f, J);
           map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
         }
         for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
@@ -135,8 +134,7 @@ struct FusedAdjoint {
           if (s >= count) continue;
           Acc mu[D], du_step[Inputs], dp[Params];
           for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
-          if constexpr (fused_caches_linearization<Cell>) cell.vjp(g, before[s], in[s], mu, nu, du_step, dp);
-          else vjp_called(cell, g, before[s], in[s], mu, nu, du_step, dp);
+          repeated_vjp(cell, g, before[s], in[s], mu, nu, du_step, dp);
           for (int k = 0; k < cell.inputs_per_group(); ++k)
             du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
           for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];

@@ -73,9 +73,15 @@ KOKKOS_FUNCTION __attribute__((noinline)) void linearize_diagonal_called(const C
   linearize_diagonal_of(cell, g, d, h, u, f, J_diag);
 }
 
-// A group's step, linearisation and vector-Jacobian product, called rather than inlined: the fused
-// kernels' groups above 4 (newton_fused.hpp) keep their chunks in local memory, and inlined into
-// each unrolled step of both window variants these made most of nvcc's time for a dense cell.
+// A group's step, linearisation and vector-Jacobian product in the fused kernels (newton_fused.hpp,
+// newton_fused_adjoint.hpp), which repeat them in each unrolled step of a chunk and in both window
+// variants: inlined for groups of up to 4 values, whose operands stay in registers; called for
+// larger ones, whose chunks live in local memory either way, and which inlined made most of nvcc's
+// time for a dense cell. (The Newton scans inline them: calling them there did not shorten the
+// dense Elman cell's test units under nvcc 13.0.)
+template <class Cell>
+inline constexpr bool inlines_cell_functions = cell_group_bound<Cell> <= 4;
+
 template <class Acc, class Cell>
 KOKKOS_FUNCTION __attribute__((noinline)) void step_called(const Cell& cell, int g, const Acc* h, const Acc* u,
                                                            Acc* f) {
@@ -90,6 +96,23 @@ template <class Acc, class Cell>
 KOKKOS_FUNCTION __attribute__((noinline)) void vjp_called(const Cell& cell, int g, const Acc* h, const Acc* u,
                                                           const Acc* mu, Acc* dh, Acc* du, Acc* dp) {
   cell.vjp(g, h, u, mu, dh, du, dp);
+}
+
+template <class Acc, class Cell>
+KOKKOS_INLINE_FUNCTION void repeated_step(const Cell& cell, int g, const Acc* h, const Acc* u, Acc* f) {
+  if constexpr (inlines_cell_functions<Cell>) cell.step(g, h, u, f);
+  else step_called(cell, g, h, u, f);
+}
+template <class Acc, class Cell>
+KOKKOS_INLINE_FUNCTION void repeated_linearize(const Cell& cell, int g, const Acc* h, const Acc* u, Acc* f, Acc* J) {
+  if constexpr (inlines_cell_functions<Cell>) cell.linearize(g, h, u, f, J);
+  else linearize_called(cell, g, h, u, f, J);
+}
+template <class Acc, class Cell>
+KOKKOS_INLINE_FUNCTION void repeated_vjp(const Cell& cell, int g, const Acc* h, const Acc* u, const Acc* mu, Acc* dh,
+                                         Acc* du, Acc* dp) {
+  if constexpr (inlines_cell_functions<Cell>) cell.vjp(g, h, u, mu, dh, du, dp);
+  else vjp_called(cell, g, h, u, mu, dh, du, dp);
 }
 
 // The fused operands of one Newton iteration for the ordered scan (state: delta). With Quasi the

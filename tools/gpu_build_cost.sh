@@ -18,14 +18,14 @@
 # compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
 # here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
-# (torch.compile's cold compiles, torchdiffeq, torchode) comes after them, unless PARASEQ_COMPARE_ODE=0,
-# and Nsight Compute's reports last, with PARASEQ_NCU=1 (below).
+# (torch.compile's cold compiles, torchdiffeq, torchode) comes after them, unless
+# PARASEQ_COMPARE_ODE=0, and Nsight Compute's reports last, with PARASEQ_NCU=1 (below).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names the compare.py sections to
 # run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
 # 480) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark
-# binary built beside the tests (its build time is not measured) and measured right after this
-# tree's, on the idle host: bench-baseline.json. PARASEQ_SOURCE_COMMIT names the sources' commit in
-# build-cost.json where this copy of the tree has other git metadata.
+# binary built beside the tests (its build time is not measured) and measured between two runs of
+# this tree's, on the idle host: bench-baseline.json, then bench-again.json. PARASEQ_SOURCE_COMMIT
+# names the sources' commit in build-cost.json where this copy of the tree has other git metadata.
 set -euo pipefail
 deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
 out=$(realpath -m "${2:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
@@ -123,10 +123,16 @@ bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
 }
+# With a baseline, this tree runs again after it (bench-again.json): a difference that follows the
+# order of the runs (the GPU's state after minutes of load) rather than the tree shows up as a
+# difference between bench.json and bench-again.json.
 if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
   bench "$build" "$out/bench.json"
   if [[ -n $baseline ]]; then
-    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then bench /tmp/build-baseline "$out/bench-baseline.json"; else
+    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
+      bench /tmp/build-baseline "$out/bench-baseline.json"
+      bench "$build" "$out/bench-again.json"
+    else
       tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
     fi
   fi

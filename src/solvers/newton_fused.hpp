@@ -41,11 +41,12 @@
 
 namespace paraseq::detail {
 
-// Small groups (diagonal, blocks <= 4) keep each step's (f, J) from the compose phase for the re-run;
-// larger ones evaluate the cell again at the same iterate.
+// Small groups of a fixed size (diagonal, blocks <= 4: those whose cell functions are inlined,
+// newton_kernels.hpp) keep each step's (f, J) from the compose phase for the re-run; larger ones
+// evaluate the cell again at the same iterate.
 template <class Cell>
 inline constexpr bool fused_caches_linearization =
-    Cell::structure::fixed_group_size > 0 && cell_group_bound<Cell> <= 4;
+    Cell::structure::fixed_group_size > 0 && inlines_cell_functions<Cell>;
 
 // Steps one thread keeps on chip: 8 on devices (registers for diagonal and small-block cells,
 // local memory for larger groups), up to 4096 values on hosts (its stack; at most 256 steps).

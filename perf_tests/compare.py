@@ -429,6 +429,83 @@ def compare_head(time_ms, device, shapes, reps, peers):
     return results
 
 
+def packed_lengths(T, S, layout, generator):
+    """S sequence lengths summing to T: "even" (lengths uniform in [T/S/2, 3T/S/2], a language-model batch of
+    documents of similar size) or "skewed" (one sequence of T/4, the rest equal: the longest sets a padded solve's
+    size)."""
+    if layout == "skewed":
+        long = T // 4
+        rest = [(T - long) // (S - 1)] * (S - 1)
+        rest[-1] += T - long - sum(rest)
+        return [long] + rest
+    lengths = torch.randint(T // S // 2, 3 * T // S // 2 + 1, (S,), generator=generator).tolist()
+    lengths[-1] += T - sum(lengths)
+    if lengths[-1] < 0:
+        raise ValueError(f"packed_lengths: T = {T}, S = {S}: the drawn lengths exceed T")
+    return lengths
+
+
+def compare_packed(time_ms, device, shapes, reps, peers):
+    """Packed variable-length sequences (cu_seqlens, batch 1): the ParaGRU module (diagonal mix, K = 3, each
+    library's automatic backend) of paraseq against pararnn-torch's with the same weights, forward and forward +
+    backward (gradients of x, h0 and every parameter), one h0 per sequence. paraseq is given max_seqlen, as
+    FlashAttention's callers pass it; pararnn-torch takes no such argument."""
+    results = []
+    for T, H, S in shapes:
+        for layout in ("even", "skewed"):
+            generator = torch.Generator().manual_seed(4)
+            lengths = packed_lengths(T, S, layout, generator)
+            cu_seqlens = torch.tensor([0] + lengths, device=device).cumsum(0).to(torch.int32)
+            longest = max(lengths)
+            torch.manual_seed(4)
+            x = torch.randn(1, T, H, device=device)
+            h0 = torch.randn(S, H, device=device) * 0.5
+            weight = torch.randn(1, T, H, device=device)
+            shape = {"T": T, "H": H, "S": S, "lengths": layout, "longest": longest}
+            forward = {"workload": "gru_packed_forward", **shape}
+            backward = {"workload": "gru_packed_forward_backward", **shape}
+            module = paraseq.ParaGRU(H, H, config=paraseq.compile_safe_config(3)).to(device)
+            run = lambda x, h0: module(x, h0, cu_seqlens=cu_seqlens, max_seqlen=longest)  # noqa: E731
+            with torch.no_grad():
+                reference = run(x, h0)
+                results.append(measure(time_ms, {**forward, "implementation": "paraseq ParaGRU"},
+                                       lambda: run(x, h0), reps))
+            x_leaf, h0_leaf = x.clone().requires_grad_(), h0.clone().requires_grad_()
+            leaves = (x_leaf, h0_leaf, module.in_proj.weight, module.in_proj.bias, module.recurrent)
+            paraseq_gradients = lambda: torch.autograd.grad((run(x_leaf, h0_leaf) * weight).sum(), leaves)  # noqa: E731
+            reference_gradients = paraseq_gradients()
+            results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU"}, paraseq_gradients,
+                                   reps))
+            results.append({**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * T * H})
+            name = "pararnn-torch ParaGRU newton_apply"
+            pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
+            if pararnn is not None:
+                cell = pararnn.ParaGRU(H, H, max_recurrent_norm=None, device=device)
+                with torch.no_grad():
+                    cell.W_x.weight.copy_(module.in_proj.weight)
+                    cell.W_x.bias.copy_(module.in_proj.bias)
+                    for gate, row in zip((cell.a_z, cell.a_r, cell.a_n), module.recurrent):
+                        gate.copy_(row)
+                config = pararnn.compile_safe_config(scan_backend="auto")
+                tag = {"implementation": name, **peers.tag("pararnn-torch")}
+                parameters = (cell.W_x.weight, cell.W_x.bias, cell.a_z, cell.a_r, cell.a_n)
+                peer = lambda x, h0: pararnn.newton_apply(cell, x, config, h0=h0, cu_seqlens=cu_seqlens)  # noqa: E731
+
+                def pararnn_gradients():
+                    dx, dh0, dW, db, *da = torch.autograd.grad((peer(x_leaf, h0_leaf) * weight).sum(),
+                                                               (x_leaf, h0_leaf, *parameters))
+                    return dx, dh0, dW, db, torch.stack(da)
+
+                def gradients_agree(gradients):
+                    return {"max_rel_grad_diff_to_paraseq": max_rel_grad_diff(gradients, reference_gradients)}
+                with torch.no_grad():
+                    results.append(measure(time_ms, {**forward, **tag}, lambda: peer(x, h0), reps,
+                                           lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}))
+                results.append(measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree))
+            del x, h0, weight, x_leaf, h0_leaf, module, reference, reference_gradients
+    return results
+
+
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
 
 SWEEP_BACKENDS = ("auto", "fused", "one_pass", "scan")  # paraseq's Newton backends in the sweeps
@@ -744,7 +821,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head")
+SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head", "packed")
 
 
 def shapes(text):
@@ -761,6 +838,8 @@ def main():
                         help="B x T x N shapes of the diagonal linear scan comparison, comma separated")
     parser.add_argument("--head-shapes", default="16x4096x1024x32,4x65536x256x8,16x4096x512x64",
                         help="B x T x H x n_heads shapes of the mix='head' ParaGRU comparison, comma separated")
+    parser.add_argument("--packed-shapes", default="65536x256x64,16384x1024x16",
+                        help="T x H x S shapes of the packed-sequence ParaGRU comparison (S sequences, T steps in all)")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
     parser.add_argument("--compiled-steps", type=int, default=32,
@@ -777,7 +856,7 @@ def main():
         gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
         user_gru_shape = (2, 64, 16)
         sweep_gru_T, sweep_gru_BH, sweep_scan_T = [64, 256], [(2, 8)], [1 << 10, 1 << 12]
-        head_shapes = [(2, 64, 16, 4)]
+        head_shapes, packed_shapes = [(2, 64, 16, 4)], [(64, 8, 4)]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
@@ -785,7 +864,7 @@ def main():
         sweep_gru_T = [1 << k for k in range(12, 21, 2)]
         sweep_gru_BH = [(1, 256), (4, 256), (16, 256), (16, 1024), (64, 1024)]
         sweep_scan_T = [1 << k for k in range(16, 27, 2)]
-        head_shapes = shapes(args.head_shapes)
+        head_shapes, packed_shapes = shapes(args.head_shapes), shapes(args.packed_shapes)
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -797,6 +876,7 @@ def main():
             "scan": lambda: compare_scan(time_ms, device, scan_shapes, reps, peers),
             "ode": lambda: compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers),
             "head": lambda: compare_head(time_ms, device, head_shapes, reps, peers),
+            "packed": lambda: compare_packed(time_ms, device, packed_shapes, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
             "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
     for section in (name for name in runs if name in sections):
@@ -810,7 +890,7 @@ def main():
             with open(args.out, "w") as out:
                 json.dump(report, out, indent=1)
     for entry in report["results"]:
-        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "N", "steps") if key in entry)
+        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "S", "lengths", "N", "steps") if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)
         timing = f"{outcome}: {entry[outcome]}" if outcome else f"{entry['ms']:10.3f} ms"
         cold = f"  cold {entry['cold_compile_s']:.1f} s" if "cold_compile_s" in entry else ""

@@ -10,22 +10,25 @@
 # They are built first, into /tmp. Then one build tree of everything (the ETI library, the PyTorch
 # operators, tests, benchmarks, examples, CUDA sm_90) is built from empty in two phases: the
 # operator library alone (`ninja paraseq_torch`), then the rest. OUT receives, in this order:
-# build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times and
-# the application units compiled again one at a time on the idle host); ctest.log and
-# pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose compiled-path tests compile
-# extensions with nvcc); bench.json from the target benchmarks on the idle host; extension-compile.json
-# (perf_tests/extension_compile.py: the compiled path's nvcc compile); then compare-gru.json,
-# compare-scan.json, compare-user.json, compare-sweep.json and compare-head.json
-# (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
-# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
-# (torch.compile's cold compiles, torchdiffeq, torchode) comes after them, unless
-# PARASEQ_COMPARE_ODE=0, and Nsight Compute's reports last, with PARASEQ_NCU=1 (below).
-# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head") names the compare.py sections to
-# run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
-# 480) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark
-# binary built beside the tests (its build time is not measured) and measured between two runs of
-# this tree's, on the idle host: bench-baseline.json, then bench-again.json. PARASEQ_SOURCE_COMMIT
-# names the sources' commit in build-cost.json where this copy of the tree has other git metadata.
+# build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times and,
+# unless PARASEQ_ALONE=0, the application units compiled again one at a time on the idle host);
+# ctest.log and pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose
+# compiled-path tests compile extensions with nvcc); bench.json from the target benchmarks on the
+# idle host; extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
+# compile); then
+# compare-gru.json, compare-scan.json, compare-user.json, compare-sweep.json, compare-head.json and
+# compare-packed.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
+# libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence
+# targets); compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
+# PARASEQ_COMPARE_ODE=0; and last, with PARASEQ_NCU=1, Nsight Compute's reports of the
+# long-sequence shape (below).
+# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed") names the compare.py sections
+# to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
+# 480; 0 leaves it out) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has
+# its benchmark binary built beside the tests (its build time is not measured) and measured between
+# two runs of this tree's, on the idle host: bench-baseline.json, then bench-again.json.
+# PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
+# has other git metadata.
 set -euo pipefail
 deps=$(realpath "${1:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
 out=$(realpath -m "${2:?usage: tools/gpu_build_cost.sh DEPS OUT [BASELINE_TAR]}")
@@ -72,13 +75,14 @@ ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FA
 finished=$(date +%s.%N)
 
 # The report, then the application units again, each alone on the idle host (--alone): the
-# build-cost probes and the two Newton examples, as a user who compiles one unit sees them.
+# build-cost probes and the two Newton examples, as a user who compiles one unit sees them
+# (PARASEQ_ALONE=0 leaves them out).
+alone_units=()
+[[ ${PARASEQ_ALONE:-1} == 0 ]] || alone_units=(perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/kokkos_core.cpp.o
+  perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/newton_builtin_cell.cpp.o
+  examples/CMakeFiles/paraseq_newton_gru.dir/newton_gru.cpp.o examples/CMakeFiles/paraseq_custom_cell.dir/custom_cell.cpp.o)
 python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
-  --alone perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/kokkos_core.cpp.o \
-  perf_tests/CMakeFiles/paraseq_build_probes.dir/build_probes/newton_builtin_cell.cpp.o \
-  examples/CMakeFiles/paraseq_newton_gru.dir/newton_gru.cpp.o \
-  examples/CMakeFiles/paraseq_custom_cell.dir/custom_cell.cpp.o \
-  --out "$out/build-cost.json" | tee "$out/build-cost.txt"
+  ${alone_units[@]:+--alone "${alone_units[@]}"} --out "$out/build-cost.json" | tee "$out/build-cost.txt"
 python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
 import json, sys
 path, start, operators, finished = sys.argv[1], *map(float, sys.argv[2:])
@@ -107,9 +111,11 @@ ctest_pid=$!
 # compiled-path tests each compile an extension with nvcc (its units in parallel) into a cache the
 # processes share, one compile at a time. pytest-timeout's limit per test makes a hung test fail
 # with its stack, so the summary with every failure's message is printed within the overall limit.
-PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -n 4 -p no:cacheprovider --timeout 360 "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
-tail -n 3 "$out/pytest-cuda.log"
+if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
+  PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -n 4 -p no:cacheprovider --timeout 360 "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+  tail -n 3 "$out/pytest-cuda.log"
+fi
 wait $ctest_pid || true
 tail -n 4 "$out/ctest.log"
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
@@ -148,7 +154,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head}; do
+for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed}; do
   case $section in
   gru) compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
   scan | user) compare "$section" 300 ;;
@@ -161,7 +167,7 @@ done
 # and more), as ncu-mode2.csv and ncu-mode4.csv. The clocks are left alone (--clock-control none).
 if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   for mode in 2 4; do
-    timeout 150 ncu --clock-control none --launch-skip 20 --launch-count 8 --section SpeedOfLight --section Occupancy \
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --launch-skip 20 --launch-count 8 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
       "$build/perf_tests/paraseq_benchmarks" \
       --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode\$" --benchmark_min_time=5x \

@@ -430,18 +430,17 @@ def compare_head(time_ms, device, shapes, reps, peers):
 
 
 def packed_lengths(T, S, layout, generator):
-    """S sequence lengths summing to T: "even" (lengths uniform in [T/S/2, 3T/S/2], a language-model batch of
-    documents of similar size) or "skewed" (one sequence of T/4, the rest equal: the longest sets a padded solve's
-    size)."""
+    """S sequence lengths summing to T: "even" (proportional to draws uniform in [0.5, 1.5], a language-model
+    batch of documents of similar size) or "skewed" (one sequence of T/4, the rest equal: the longest sets the size
+    of a padded solve)."""
     if layout == "skewed":
         long = T // 4
         rest = [(T - long) // (S - 1)] * (S - 1)
         rest[-1] += T - long - sum(rest)
         return [long] + rest
-    lengths = torch.randint(T // S // 2, 3 * T // S // 2 + 1, (S,), generator=generator).tolist()
+    shares = torch.rand(S, generator=generator) + 0.5
+    lengths = (shares / shares.sum() * T).floor().long().tolist()
     lengths[-1] += T - sum(lengths)
-    if lengths[-1] < 0:
-        raise ValueError(f"packed_lengths: T = {T}, S = {S}: the drawn lengths exceed T")
     return lengths
 
 
@@ -665,7 +664,7 @@ class UserGRU(torch.nn.Module):
 
     def __init__(self, W, bias, a):
         super().__init__()
-        self.hidden_size = a.shape[1]
+        self.hidden_size = self.d_h = a.shape[1]  # pararnn's solvers read d_h, its alias of hidden_size
         self.in_proj = torch.nn.Linear(W.shape[1], W.shape[0], device=W.device)
         with torch.no_grad():
             self.in_proj.weight.copy_(W)

@@ -170,7 +170,7 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
     timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --launch-skip 20 --launch-count 8 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
       "$build/perf_tests/paraseq_benchmarks" \
-      --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode\$" --benchmark_min_time=5x \
+      --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
 fi

@@ -841,6 +841,8 @@ def main():
                         help="T x H x S shapes of the packed-sequence ParaGRU comparison (S sequences, T steps in all)")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
+    parser.add_argument("--trajectories", type=int, default=1 << 20,
+                        help="N, the ODE systems of the ode and user sections")
     parser.add_argument("--compiled-steps", type=int, default=32,
                         help="steps of the unrolled loop given to torch.compile (its cold compile grows with them)")
     parser.add_argument("--sections", default=",".join(SECTIONS),
@@ -848,6 +850,8 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sections = args.sections.split(",")
+    if args.trajectories < 1:
+        parser.error(f"--trajectories: {args.trajectories} is not a positive count")
     if not set(sections) <= set(SECTIONS):
         parser.error(f"--sections: {args.sections!r} names a section other than {', '.join(SECTIONS)}")
     device, time_ms = args.device, timer(args.device)
@@ -858,7 +862,7 @@ def main():
         head_shapes, packed_shapes = [(2, 64, 16, 4)], [(64, 8, 4)]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
-        gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), 1 << 20, 5
+        gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), args.trajectories, 5
         user_gru_shape = shapes(args.user_gru_shape)[0]
         sweep_gru_T = [1 << k for k in range(12, 21, 2)]
         sweep_gru_BH = [(1, 256), (4, 256), (16, 256), (16, 1024), (64, 1024)]

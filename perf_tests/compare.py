@@ -376,7 +376,6 @@ def compare_head(time_ms, device, shapes, reps, peers):
     """The whole module (input projection and recurrence), K = 3, each library's automatic backend: paraseq's
     ParaGRU(mix="head") against pararnn-torch's ParaGRU(mix="head") with the same weights (orthogonal heads of gain
     0.25, pararnn's initialisation), forward and forward + backward (gradients of x and every parameter)."""
-    results = []
     for B, T, H, heads in shapes:
         torch.manual_seed(3)
         d_head = H // heads
@@ -390,15 +389,15 @@ def compare_head(time_ms, device, shapes, reps, peers):
                 for head in range(heads):
                     torch.nn.init.orthogonal_(module.recurrent[gate, head], gain=0.25)
             reference = module(x)
-            results.append(measure(time_ms, {**forward, "implementation": "paraseq ParaGRU(mix='head')"},
-                                   lambda: module(x), reps))
+            yield measure(time_ms, {**forward, "implementation": "paraseq ParaGRU(mix='head')"},
+                          lambda: module(x), reps)
         x_leaf = x.clone().requires_grad_()
         leaves = (x_leaf, module.in_proj.weight, module.in_proj.bias, module.recurrent)
         paraseq_gradients = lambda: torch.autograd.grad((module(x_leaf) * weight).sum(), leaves)  # noqa: E731
         reference_gradients = paraseq_gradients()
-        results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU(mix='head')"},
-                               paraseq_gradients, reps))
-        results.append({**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * B * T * H})
+        yield measure(time_ms, {**backward, "implementation": "paraseq ParaGRU(mix='head')"},
+                      paraseq_gradients, reps)
+        yield {**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * B * T * H}
         name = "pararnn-torch ParaGRU(mix='head') newton_apply"
         pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
         if pararnn is not None:
@@ -422,11 +421,10 @@ def compare_head(time_ms, device, shapes, reps, peers):
             def gradients_agree(gradients):
                 return {"max_rel_grad_diff_to_paraseq": max_rel_grad_diff(gradients, reference_gradients)}
             with torch.no_grad():
-                results.append(measure(time_ms, {**forward, **tag}, lambda: pararnn.newton_apply(cell, x, config),
-                                       reps, lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}))
-            results.append(measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree))
+                yield measure(time_ms, {**forward, **tag}, lambda: pararnn.newton_apply(cell, x, config),
+                              reps, lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)})
+            yield measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree)
         del x, weight, x_leaf, module, reference, reference_gradients
-    return results
 
 
 def packed_lengths(T, S, layout, generator):
@@ -449,7 +447,6 @@ def compare_packed(time_ms, device, shapes, reps, peers):
     library's automatic backend) of paraseq against pararnn-torch's with the same weights, forward and forward +
     backward (gradients of x, h0 and every parameter), one h0 per sequence. paraseq is given max_seqlen, as
     FlashAttention's callers pass it; pararnn-torch takes no such argument."""
-    results = []
     for T, H, S in shapes:
         for layout in ("even", "skewed"):
             generator = torch.Generator().manual_seed(4)
@@ -467,15 +464,15 @@ def compare_packed(time_ms, device, shapes, reps, peers):
             run = lambda x, h0: module(x, h0, cu_seqlens=cu_seqlens, max_seqlen=longest)  # noqa: E731
             with torch.no_grad():
                 reference = run(x, h0)
-                results.append(measure(time_ms, {**forward, "implementation": "paraseq ParaGRU"},
-                                       lambda: run(x, h0), reps))
+                yield measure(time_ms, {**forward, "implementation": "paraseq ParaGRU"},
+                              lambda: run(x, h0), reps)
             x_leaf, h0_leaf = x.clone().requires_grad_(), h0.clone().requires_grad_()
             leaves = (x_leaf, h0_leaf, module.in_proj.weight, module.in_proj.bias, module.recurrent)
             paraseq_gradients = lambda: torch.autograd.grad((run(x_leaf, h0_leaf) * weight).sum(), leaves)  # noqa: E731
             reference_gradients = paraseq_gradients()
-            results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU"}, paraseq_gradients,
-                                   reps))
-            results.append({**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * T * H})
+            yield measure(time_ms, {**backward, "implementation": "paraseq ParaGRU"}, paraseq_gradients,
+                          reps)
+            yield {**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * T * H}
             name = "pararnn-torch ParaGRU newton_apply"
             pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
             if pararnn is not None:
@@ -498,11 +495,10 @@ def compare_packed(time_ms, device, shapes, reps, peers):
                 def gradients_agree(gradients):
                     return {"max_rel_grad_diff_to_paraseq": max_rel_grad_diff(gradients, reference_gradients)}
                 with torch.no_grad():
-                    results.append(measure(time_ms, {**forward, **tag}, lambda: peer(x, h0), reps,
-                                           lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}))
-                results.append(measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree))
+                    yield measure(time_ms, {**forward, **tag}, lambda: peer(x, h0), reps,
+                                  lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)})
+                yield measure(time_ms, {**backward, **tag}, pararnn_gradients, reps, gradients_agree)
             del x, h0, weight, x_leaf, h0_leaf, module, reference, reference_gradients
-    return results
 
 
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
@@ -706,19 +702,19 @@ def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
         return lambda: torch.autograd.grad((solve(x_leaf) * weight).sum(), leaves)
 
     with torch.no_grad():
-        results = [measure(time_ms, {**forward, "implementation": "paraseq ParaGRU (built-in)"},
-                           lambda: builtin(x, W, bias, a), reps)]
-    results.append(measure(time_ms, {**backward, "implementation": "paraseq ParaGRU (built-in)"},
-                           lambda: torch.autograd.grad((builtin(*builtin_leaves) * weight).sum(), builtin_leaves),
-                           reps))
+        yield measure(time_ms, {**forward, "implementation": "paraseq ParaGRU (built-in)"},
+                      lambda: builtin(x, W, bias, a), reps)
+    yield measure(time_ms, {**backward, "implementation": "paraseq ParaGRU (built-in)"},
+                  lambda: torch.autograd.grad((builtin(*builtin_leaves) * weight).sum(), builtin_leaves),
+                  reps)
     for path, compiled in (("compiled", True), ("general", False)):
         solve = lambda x, compiled=compiled: paraseq.newton_apply(cell, x, config, compile=compiled)  # noqa: E731
         name = f"paraseq user cell, {path} path"
         with torch.no_grad():
             # the first call compiles the generated extension (or loads it from the cache): not timed
-            results.append(measure(time_ms, {**forward, "implementation": name}, lambda: solve(x), reps, agrees))
-        results.append(measure(time_ms, {**backward, "implementation": name}, user_gradients(solve), reps,
-                               gradients_agree))
+            yield measure(time_ms, {**forward, "implementation": name}, lambda: solve(x), reps, agrees)
+        yield measure(time_ms, {**backward, "implementation": name}, user_gradients(solve), reps,
+                      gradients_agree)
     name = "pararnn-torch newton_apply, user cell (autograd Jacobian)"
     pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
     if pararnn is not None:
@@ -726,10 +722,10 @@ def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
         pararnn_config = pararnn.compile_safe_config(scan_backend="auto")
         solve = lambda x: pararnn.newton_apply(cell, x, pararnn_config)  # noqa: E731
         with torch.no_grad():
-            results.append(measure(time_ms, {**forward, "implementation": name, **tag}, lambda: solve(x), reps,
-                                   agrees))
-        results.append(measure(time_ms, {**backward, "implementation": name, **tag}, user_gradients(solve), reps,
-                               gradients_agree))
+            yield measure(time_ms, {**forward, "implementation": name, **tag}, lambda: solve(x), reps,
+                          agrees)
+        yield measure(time_ms, {**backward, "implementation": name, **tag}, user_gradients(solve), reps,
+                      gradients_agree)
 
     # The compiled path traces func on one trajectory's row, so the coefficients are shared (0-d): a closure over
     # per-trajectory tensors [N] takes the general path.
@@ -757,18 +753,17 @@ def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
              lambda y: paraseq.odeint(field, y, ends, method="rk4", step_size=dt, compile=False)[-1]))
     for name, integrate in runs:
         with torch.no_grad():
-            results.append(measure(time_ms, {**ode, "implementation": name}, lambda: integrate(y0), reps, to_builtin))
-        results.append(measure(time_ms, {**ode_gradient, "implementation": name}, final_state_gradient(integrate),
-                               reps))
+            yield measure(time_ms, {**ode, "implementation": name}, lambda: integrate(y0), reps, to_builtin)
+        yield measure(time_ms, {**ode_gradient, "implementation": name}, final_state_gradient(integrate),
+                      reps)
     torchdiffeq = peers.module("torchdiffeq", "torchdiffeq", "torchdiffeq rk4, the same function", ode["workload"])
     if torchdiffeq is not None:
         t = ends.to(device=device, dtype=y0.dtype)
         with torch.no_grad():
-            results.append(measure(time_ms, {**ode, "implementation": "torchdiffeq rk4, the same function",
-                                             **peers.tag("torchdiffeq")},
-                                   lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
-                                   1, to_builtin))
-    return results
+            yield measure(time_ms, {**ode, "implementation": "torchdiffeq rk4, the same function",
+                                    **peers.tag("torchdiffeq")},
+                          lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
+                          1, to_builtin)
 
 
 DIFFRAX = r"""
@@ -882,16 +877,21 @@ def main():
             "packed": lambda: compare_packed(time_ms, device, packed_shapes, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
             "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
+    def save():
+        report["results"] = results + peers.missing
+        if args.out:
+            with open(args.out, "w") as out:
+                json.dump(report, out, indent=1)
+
     for section in (name for name in runs if name in sections):
         for entry in runs[section]():
             if "bytes" in entry:
                 entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
             results.append(entry)
-        # Written after every section: a run stopped by a time limit keeps the sections it finished.
-        report["results"] = results + peers.missing
-        if args.out:
-            with open(args.out, "w") as out:
-                json.dump(report, out, indent=1)
+            # Saved after every entry (the head, packed and user sections yield them one at a time): a run
+            # stopped by a time limit keeps what it measured.
+            save()
+        save()  # with the peers that a section found missing after its last entry
     for entry in report["results"]:
         shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "S", "lengths", "N", "steps") if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)

@@ -25,7 +25,7 @@ def _linear_scan_fake(A, b, h0, structure, reverse):
     return _contiguous_like(b)
 
 
-# ---- ParaGRU / ParaLSTM Newton solves -------------------------------------------------------------
+# ---- ParaGRU / ParaLSTM / ParaSLSTM Newton solves -------------------------------------------------
 
 def newton_diagnostics_fake(u, with_residual):
     """The Newton operators' residual ([B] float64) and stats ([2] int64: iterations, the
@@ -55,6 +55,11 @@ def _para_lstm_fake(u, a, p, state0, config, with_residual):
     return _newton_fake(u, 2 * a.shape[1], with_residual)
 
 
+@torch.library.register_fake("paraseq::para_slstm")
+def _para_slstm_fake(u, r, state0, eps, config, with_residual):
+    return _newton_fake(u, 4 * r.shape[1], with_residual)
+
+
 @torch.library.register_fake("paraseq::para_gru_backward")
 def _para_gru_backward_fake(u, a, h0, h, grad_h):
     return _contiguous_like(u), _contiguous_like(a), u.new_empty((h.shape[0], h.shape[2]))
@@ -69,6 +74,11 @@ def _para_gru_head_backward_fake(u, a, h0, h, grad_h):
 def _para_lstm_backward_fake(u, a, p, state0, state, grad_state):
     return (_contiguous_like(u), _contiguous_like(a), _contiguous_like(p),
             u.new_empty((state.shape[0], state.shape[2])))
+
+
+@torch.library.register_fake("paraseq::para_slstm_backward")
+def _para_slstm_backward_fake(u, r, state0, state, grad_state, eps):
+    return _contiguous_like(u), _contiguous_like(r), u.new_empty((state.shape[0], state.shape[2]))
 
 
 # ---- odeint ---------------------------------------------------------------------------------------

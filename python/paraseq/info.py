@@ -7,8 +7,8 @@ import torch
 
 import paraseq
 
-OPERATORS = ("linear_scan", "para_gru", "para_gru_backward", "para_lstm", "para_lstm_backward", "odeint",
-             "odeint_backward")
+OPERATORS = ("linear_scan", "para_gru", "para_gru_backward", "para_gru_head", "para_gru_head_backward", "para_lstm",
+             "para_lstm_backward", "para_slstm", "para_slstm_backward", "odeint", "odeint_backward")
 
 
 def kernel_devices(operator):

@@ -1,5 +1,5 @@
-"""ParaGRU (diagonal or head-block recurrence) and ParaLSTM solved by Newton's method (the C++ newton_solve), ParaSLSTM (a cell of the compiled
-path), and their configuration."""
+"""ParaGRU (diagonal or head-block recurrence), ParaLSTM and ParaSLSTM solved by Newton's method (the C++
+newton_solve through their operators), and their configuration."""
 
 from __future__ import annotations
 
@@ -458,7 +458,7 @@ class ParaLSTM(nn.Module):
 
 
 class ParaSLSTM(nn.Module):
-    """The sLSTM of xLSTM (Beck et al. 2024) with diagonal recurrence, a cell of the compiled path.
+    """The sLSTM of xLSTM (Beck et al. 2024) with diagonal recurrence.
 
     State [..., 4, H] with slots (c, n, m, h), pararnn's layout. With u = in_proj(x) split into
     the pre-activations (i, f, z, o) and p_g = u_g + r_g h (r = the recurrent weights clamped to
@@ -468,10 +468,11 @@ class ParaSLSTM(nn.Module):
     exponential (pararnn's choice); at a tie p_f + m = p_i the derivative of the max is the mean of
     the branches' (torch.maximum's).
 
-    Unlike ParaGRU and ParaLSTM it has no operator of its own: newton_apply solves it as a cell of
-    your own (``hidden_size``, ``state_slots = 4``, ``jac_structure = "block4"``, ``step``), by the
-    compiled path (step traced and emitted as C++, compiled on first use) or the general path. The
-    C++ cell ``paraseq::ParaSLSTM`` (src/solvers/cells.hpp) has the same equations.
+    newton_apply solves it with its operator, ``torch.ops.paraseq.para_slstm`` (the C++ cell
+    ``paraseq::ParaSLSTM`` of src/solvers/cells.hpp, in the library's compiled instances: nothing is
+    compiled on first use), on the CPU and CUDA, in every mode. With ``compile=False`` it is solved
+    as a cell of your own on the general path (``hidden_size``, ``state_slots = 4``,
+    ``jac_structure = "block4"``, ``step``: Newton in PyTorch, Jacobians from torch.func).
 
     Parameters
     ----------
@@ -486,7 +487,7 @@ class ParaSLSTM(nn.Module):
     config : NewtonConfig, optional
         How forward() solves. Default ``NewtonConfig(scan_backend="sequential")``: Newton's
         iterations from the default guess converge slowly for this cell (docs/solvers.md,
-        "ParaSLSTM's convergence"), so the default is the exact loop over t of the compiled path.
+        "ParaSLSTM's convergence"), so the default is the operator's exact loop over t.
         The quasi Jacobian converges where exact Newton does not (measured there), e.g.
         ``NewtonConfig(jacobian="quasi", scan_backend="newton", max_iters=200, residual_atol=1e-10)``.
 
@@ -756,8 +757,7 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     Parameters
     ----------
     cell : ParaGRU, ParaLSTM, ParaSLSTM or torch.nn.Module
-        A built-in cell (its C++ operators), a ParaSLSTM (solved as a cell of your own) or a cell
-        of your own: any module with an int
+        A built-in cell (its C++ operators) or a cell of your own: any module with an int
         ``hidden_size`` and ``step(h_prev, x)`` (pararnn's RNNCell protocol), optionally
         ``state_slots`` (1, 2 or 4) and ``jac_structure`` ("diag", "block2", "block4" or "dense",
         the default). A cell of your own takes the compiled path when it can (``compile``: step
@@ -787,7 +787,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         paraseq only True takes it, on the CPU and on CUDA: nvcc compiles its first use; not
         measured for a cell, 34 s for an odeint right-hand side on the H200 machine, 2026-12-02);
         False the general path. With ``process_group`` the solve is the general path ("auto"; True
-        raises). The built-in cells always run their operators ("auto" or True).
+        raises). ParaGRU and ParaLSTM always run their operators ("auto" or True; False raises);
+        ParaSLSTM runs its operator with "auto" or True and the general path with False.
     cu_seqlens : torch.Tensor, optional
         Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,
         0 = cu_seqlens[0] <= ... <= cu_seqlens[S] = T; sequence s is t in
@@ -871,6 +872,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         return _packed.newton_apply_packed(newton_apply, cell, x, h0, cu_seqlens, max_seqlen,
                                            getattr(cell, "input_size", None), cfg=cfg, return_stats=return_stats,
                                            return_cell_state=return_cell_state, compile=compile)
+    if isinstance(cell, ParaSLSTM) and compile is not False:
+        return _newton_apply_slstm(cell, x, cfg, h0, return_stats, return_cell_state)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
         return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
     cfg, state0 = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
@@ -899,11 +902,41 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     return (result, _operator_stats(residual, stats)) if return_stats else result
 
 
-def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
-    """(cfg, state0) for a ParaGRU or ParaLSTM, after checking every argument."""
-    if compile is False:
-        raise ValueError("newton_apply: argument 'compile' is False for a paraseq." + type(cell).__name__ + ", whose "
-                         "solve is a C++ operator; pass compile='auto' (or True)")
+def _newton_apply_slstm(cell, x, cfg, h0, return_stats, return_cell_state):
+    """A ParaSLSTM through paraseq::para_slstm: the state [B, T, 4, H] with slots (c, n, m, h)."""
+    if return_cell_state:
+        raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaSLSTM, expected False (its "
+                         "state [B, T, 4, H] holds every slot: c, n, m, h)")
+    cfg = _checked_cell_input(cell, x, cfg)
+    H = cell.hidden_size
+    _check_parameter(cell, "in_proj.weight", cell.in_proj.weight, (4 * H, cell.input_size))
+    _check_parameter(cell, "recurrent", cell.recurrent, (4, H))
+    state0 = None
+    if h0 is not None:
+        expected = [x.shape[0], 4, H]
+        if not isinstance(h0, torch.Tensor):
+            raise TypeError(f"newton_apply: argument 'h0' is a {type(h0).__name__}, expected a tensor {expected} "
+                            "([B, 4, hidden_size]: slots c, n, m, h)")
+        if list(h0.shape) != expected:
+            raise ValueError(f"newton_apply: argument 'h0' has shape {list(h0.shape)}, expected {expected} "
+                             "([B, 4, hidden_size]: slots c, n, m, h)")
+        if h0.dtype != cell.recurrent.dtype:
+            raise TypeError(f"newton_apply: argument 'h0' has dtype {h0.dtype}, expected {cell.recurrent.dtype} (the "
+                            "module's dtype)")
+        state0 = h0.transpose(1, 2).flatten(1)  # the operator's layout: each channel's (c, n, m, h) together
+    eager = not torch.compiler.is_compiling()
+    check = eager and cfg.residual_fail is not None
+    u = _projection(cell, x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        state, residual, stats = ops.para_slstm(u, cell.clipped_recurrent(), state0, cell.eps,
+                                                cfg._operator_config(eager), return_stats or check)
+    _check_divergence(residual if check else None, cfg)
+    state = state.unflatten(-1, (H, 4)).transpose(-1, -2)  # [B, T, 4, H]
+    return (state, _operator_stats(residual, stats)) if return_stats else state
+
+
+def _checked_cell_input(cell, x, cfg):
+    """cfg (cell.config when None) after checking it and x, for a built-in cell."""
     cfg = cfg if cfg is not None else cell.config
     if not isinstance(cfg, NewtonConfig):
         raise TypeError(f"newton_apply: argument 'cfg' is a {type(cfg).__name__}, expected a NewtonConfig or None")
@@ -916,6 +949,15 @@ def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
     if x.dim() != 3 or x.shape[-1] != cell.input_size:
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, "
                          f"expected [B, T, {cell.input_size}] ([B, T, input_size])")
+    return cfg
+
+
+def _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile):
+    """(cfg, state0) for a ParaGRU or ParaLSTM, after checking every argument."""
+    if compile is False:
+        raise ValueError("newton_apply: argument 'compile' is False for a paraseq." + type(cell).__name__ + ", whose "
+                         "solve is a C++ operator; pass compile='auto' (or True)")
+    cfg = _checked_cell_input(cell, x, cfg)
     if return_cell_state and isinstance(cell, ParaGRU):
         raise ValueError("newton_apply: argument 'return_cell_state' is True for a ParaGRU, which has no cell state")
     H = cell.hidden_size

@@ -1,6 +1,7 @@
 """What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
 the general and the compiled paths (functions and cells of your own; the compiled one's extensions
-compiled by nvcc) and packed sequences (cu_seqlens) on CUDA tensors against the CPU.
+compiled by nvcc), packed sequences (cu_seqlens) on CUDA tensors against the CPU, and ParaSLSTM's
+operator against a float64 loop.
 
 conftest.py collects this module only when cuda is among the tested devices.
 """
@@ -208,3 +209,22 @@ def test_packed_newton_on_cuda_equals_cpu_in_double():
             results.append([h.detach().cpu()] + [g.cpu() for g in grads])
         for on_cuda, on_cpu in zip(results[1], results[0]):
             assert torch.allclose(on_cuda, on_cpu, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["sequential", "fused", "newton", "one_pass", "auto"])
+def test_slstm_operator_on_cuda_equals_the_loop_in_double(backend):
+    from paraseq import NewtonConfig, newton_apply
+    from test_slstm import case, loop_of
+
+    cell, x, h0 = case()
+    x.requires_grad_(), h0.requires_grad_()
+    expected = loop_of(cell, x, h0)
+    weight = torch.randn_like(expected)
+    wanted = torch.autograd.grad((expected * weight).sum(), [x, h0] + list(cell.parameters()))
+    cell = cell.to("cuda")
+    x_d, h0_d = x.detach().to("cuda").requires_grad_(), h0.detach().to("cuda").requires_grad_()
+    state = newton_apply(cell, x_d, NewtonConfig(max_iters=24, scan_backend=backend), h0=h0_d)
+    assert torch.allclose(state.detach().cpu(), expected.detach(), rtol=0, atol=1e-12)
+    got = torch.autograd.grad((state * weight.to("cuda")).sum(), [x_d, h0_d] + list(cell.parameters()))
+    for g, w in zip(got, wanted):
+        assert torch.allclose(g.cpu(), w, rtol=1e-9, atol=1e-11)

@@ -1,9 +1,8 @@
 """paraseq.ParaSLSTM (the xLSTM sLSTM cell with diagonal recurrence) against a float64 loop over t
-written here from the sLSTM equations (torch.maximum, plain exp): its step, newton_apply's compiled
-path in every mode and its general path, gradients (gradcheck; the loop's autograd for the
-parameters), the tie rule of the max, torch.compile, and its arguments' errors.
-
-The compiled path compiles one extension per test session (float64, block4), in the session's cache."""
+written here from the sLSTM equations (torch.maximum, plain exp): its step, newton_apply through its
+operator (paraseq::para_slstm) in every mode and on the general path, gradients (gradcheck; the
+loop's autograd for the parameters), the tie rule of the max, torch.compile, opcheck, and its
+arguments' errors."""
 
 import math
 
@@ -63,8 +62,8 @@ def test_step_and_sequential_are_the_loop_and_the_clamp_applies():
     assert (cell.sequential(x)[:, :, 1] > 0).all()  # n > 0 from the zero state on
 
 
-@pytest.mark.parametrize("backend", ["sequential", "fused", "newton", "auto"])
-def test_compiled_path_in_every_mode_equals_the_loop_with_its_gradients(backend):
+@pytest.mark.parametrize("backend", ["sequential", "fused", "newton", "one_pass", "auto"])
+def test_the_operator_in_every_mode_equals_the_loop_with_its_gradients(backend):
     cell, x, h0 = case()
     x.requires_grad_(), h0.requires_grad_()
     cfg = NewtonConfig(max_iters=24, scan_backend=backend)  # T = 24: exact after T iterations
@@ -180,7 +179,7 @@ def test_a_state_of_the_wrong_shape_names_h0():
 def test_the_quasi_jacobian_reaches_the_loop_on_a_long_sequence(compile):
     """docs/solvers.md, "ParaSLSTM's convergence": from the default guess the quasi Jacobian with
     residual_atol converges at T = 160 (general path: the diagonal of torch.func's 4 x 4 blocks;
-    compiled path: the C++ quasi scans)."""
+    the operator: the C++ quasi scans)."""
     cell, x, h0 = case(T=160)
     expected = loop_of(cell, x, h0)
     config = NewtonConfig(max_iters=200, residual_atol=1e-10, jacobian="quasi", scan_backend="newton")
@@ -188,3 +187,42 @@ def test_the_quasi_jacobian_reaches_the_loop_on_a_long_sequence(compile):
         h, stats = newton_apply(cell, x, config, h0=h0, return_stats=True, compile=compile)
     assert stats.iterations < 200 and stats.residual.max() <= 1e-10
     assert (h - expected).abs().max() <= 1e-9 * expected.abs().max()
+
+
+def test_the_operator_and_the_general_path_agree_and_the_general_path_is_taken_with_compile_false():
+    cell, x, h0 = case(T=12)
+    config = NewtonConfig(max_iters=12, scan_backend="newton")
+    through_operator, stats = newton_apply(cell, x, config, h0=h0, return_stats=True)
+    general, general_stats = newton_apply(cell, x, config, h0=h0, return_stats=True, compile=False)
+    torch.testing.assert_close(through_operator, general, rtol=0, atol=1e-12)
+    assert stats.backend == general_stats.backend == "newton"
+    with pytest.raises(ValueError, match="argument 'return_cell_state' is True for a ParaSLSTM"):
+        newton_apply(cell, x, config, h0=h0, return_cell_state=True)
+    with pytest.raises(TypeError, match=r"argument 'h0' has dtype torch.float32, expected torch.float64"):
+        newton_apply(cell, x, config, h0=h0.float())
+
+
+def test_opcheck_of_the_operators():
+    cell, x, h0 = case(T=6)
+    u = torch.nn.functional.linear(x, cell.in_proj.weight, cell.in_proj.bias).detach().requires_grad_()
+    r = cell.clipped_recurrent().detach().requires_grad_()
+    state0 = h0.transpose(1, 2).flatten(1).requires_grad_()
+    config = NewtonConfig(max_iters=6)._operator_config(True)
+    torch.library.opcheck(torch.ops.paraseq.para_slstm, (u, r, state0, EPS, config, True))
+    torch.library.opcheck(torch.ops.paraseq.para_slstm, (u, r, None, EPS, config, False))
+    state = torch.ops.paraseq.para_slstm(u, r, state0, EPS, config, False)[0].detach()
+    torch.library.opcheck(torch.ops.paraseq.para_slstm_backward,
+                          (u.detach(), r.detach(), state0.detach(), state, torch.randn_like(state), EPS))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda u, r: (u[..., :-1], r, 1e-6), r"argument 'u' has shape \[2, 6, 15\], expected \[B, T, 4H\] = \[B, T, 16\]"),
+    (lambda u, r: (u, r[:3], 1e-6), r"argument 'r' has shape \[3, 4\], expected \[4, H\] = \[4, 4\]"),
+    (lambda u, r: (u, r, 0.0), r"argument 'eps' is 0, expected a finite number > 0"),
+    (lambda u, r: (u, r, math.inf), r"argument 'eps' is inf, expected a finite number > 0"),
+])
+def test_the_operator_names_a_bad_argument(change, message):
+    u, r = torch.zeros(2, 6, 16, dtype=torch.float64), torch.zeros(4, 4, dtype=torch.float64)
+    u, r, eps = change(u, r)
+    with pytest.raises(ValueError, match=message):
+        torch.ops.paraseq.para_slstm(u, r, None, eps, NewtonConfig()._operator_config(True), False)

@@ -1,10 +1,11 @@
 // The autograd kernels of the differentiable paraseq operators (linear_scan, para_gru, para_gru_head, para_lstm,
-// odeint), registered in C++ for the Autograd dispatch key. Each forward runs the operator below
+// para_slstm, odeint), registered in C++ for the Autograd dispatch key. Each forward runs the operator below
 // autograd (its CPU or CUDA kernel, or under torch.compile its fake kernel) and each backward calls
 // the operators, so torch.compile still sees one opaque node per solve. linear_scan's backward is
 // made of differentiable operators, so its gradients of gradients are exact; the Newton backward
-// operators (para_gru_backward, para_lstm_backward) have an autograd kernel that refuses to be
-// differentiated, so a second derivative of para_gru / para_lstm raises instead of being zero, and
+// operators (para_gru_backward, para_lstm_backward, para_slstm_backward) have an autograd kernel that
+// refuses to be differentiated, so a second derivative of para_gru / para_lstm / para_slstm raises
+// instead of being zero, and
 // odeint's backward raises the same way when its result is differentiated.
 // Sizes are read as SymInts, so a graph compiled with dynamic shapes stays generic. In C++ rather
 // than with torch.library.register_autograd, because that Python wrapper cost about 10 us of every
@@ -98,6 +99,7 @@ auto run_with_autograd(const c10::TypedOperatorHandle<Kernel>& op, const Args&..
 const auto& linear_scan_op() { return operator_handle<linear_scan>("paraseq::linear_scan"); }
 const auto& para_gru_op() { return operator_handle<para_gru>("paraseq::para_gru"); }
 const auto& para_lstm_op() { return operator_handle<para_lstm>("paraseq::para_lstm"); }
+const auto& para_slstm_op() { return operator_handle<para_slstm>("paraseq::para_slstm"); }
 const auto& odeint_op() { return operator_handle<odeint>("paraseq::odeint"); }
 
 // ---- linear_scan --------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ at::Tensor linear_scan_autograd(const at::Tensor& A, const at::Tensor& b, const 
   return run_with_autograd<LinearScanFunction>(linear_scan_op(), A, b, h0, structure, reverse);
 }
 
-// ---- ParaGRU (diagonal and head-block) / ParaLSTM Newton solves ------------------------------------------------------------
+// ---- ParaGRU (diagonal and head-block) / ParaLSTM / ParaSLSTM Newton solves --------------------------------------------
 // The packed solver config and with_residual are passed through; the residual and stats outputs
 // are diagnostics (max |F| per batch element; iterations and mode), not differentiable.
 
@@ -187,12 +189,13 @@ struct HeadGru {
   static const auto& backward_op() { return para_gru_head_backward_op(); }
 };
 const auto& para_lstm_backward_op() { return operator_handle<para_lstm_backward>("paraseq::para_lstm_backward"); }
+const auto& para_slstm_backward_op() { return operator_handle<para_slstm_backward>("paraseq::para_slstm_backward"); }
 
 // The adjoint solve has no derivative of its own (its backward would need the cells' second
 // derivatives), so differentiating it raises rather than contributing zeros.
 [[noreturn]] void refuse_second_derivative(const char* op) {
   TORCH_CHECK_NOT_IMPLEMENTED(false, "paraseq::", op, "_backward is not differentiable: second derivatives of paraseq::",
-                              op, " (newton_apply, ParaGRU, ParaLSTM) are not implemented. First derivatives, "
+                              op, " (newton_apply, ParaGRU, ParaLSTM, ParaSLSTM) are not implemented. First derivatives, "
                               "also with create_graph=True, are exact; differentiate a sequential() loop for a "
                               "Hessian or a gradient penalty");
 }
@@ -227,6 +230,22 @@ para_lstm_backward_autograd(const at::Tensor& u, const at::Tensor& a, const at::
                             const std::optional<at::Tensor>& state0, const at::Tensor& state,
                             const at::Tensor& grad_state) {
   return run_with_autograd<ParaLstmBackwardFunction>(para_lstm_backward_op(), u, a, p, state0, state, grad_state);
+}
+
+struct ParaSlstmBackwardFunction : torch::autograd::Function<ParaSlstmBackwardFunction> {
+  static variable_list forward(AutogradContext*, const at::Tensor& u, const at::Tensor& r,
+                               const std::optional<at::Tensor>& state0, const at::Tensor& state,
+                               const at::Tensor& grad_state, double eps) {
+    return as_list(call_below_autograd(para_slstm_backward_op(), u, r, state0, state, grad_state, eps));
+  }
+  static variable_list backward(AutogradContext*, variable_list) { refuse_second_derivative("para_slstm"); }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm_backward_autograd(const at::Tensor& u, const at::Tensor& r,
+                                                                            const std::optional<at::Tensor>& state0,
+                                                                            const at::Tensor& state,
+                                                                            const at::Tensor& grad_state, double eps) {
+  return run_with_autograd<ParaSlstmBackwardFunction>(para_slstm_backward_op(), u, r, state0, state, grad_state, eps);
 }
 
 template <class Gru>
@@ -280,6 +299,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm_autograd(const at::Tens
                                                                   const std::optional<at::Tensor>& state0,
                                                                   c10::ArrayRef<double> config, bool with_residual) {
   return run_with_autograd<ParaLstmFunction>(para_lstm_op(), u, a, p, state0, config, with_residual);
+}
+
+struct ParaSlstmFunction : torch::autograd::Function<ParaSlstmFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& r,
+                               const std::optional<at::Tensor>& state0, double eps, c10::ArrayRef<double> config,
+                               bool with_residual) {
+    const auto [state, residual, stats] = call_below_autograd(para_slstm_op(), u, r, state0, eps, config, with_residual);
+    ctx->saved_data["has_state0"] = state0.has_value();
+    ctx->saved_data["eps"] = eps;
+    ctx->save_for_backward({u, r, state0.value_or(at::Tensor()), state});
+    ctx->mark_non_differentiable({residual, stats});
+    return {state, residual, stats};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool has_state0 = ctx->saved_data["has_state0"].toBool();
+    auto [du, dr, dstate0] = para_slstm_backward_op().call(saved[0], saved[1], optional_if(has_state0, saved[2]), saved[3],
+                                                           grads[0].contiguous(), ctx->saved_data["eps"].toDouble());
+    return {du, dr, has_state0 ? dstate0 : at::Tensor(), {}, {}, {}};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm_autograd(const at::Tensor& u, const at::Tensor& r,
+                                                                   const std::optional<at::Tensor>& state0, double eps,
+                                                                   c10::ArrayRef<double> config, bool with_residual) {
+  return run_with_autograd<ParaSlstmFunction>(para_slstm_op(), u, r, state0, eps, config, with_residual);
 }
 
 // ---- odeint -------------------------------------------------------------------------------------
@@ -367,5 +413,7 @@ TORCH_LIBRARY_IMPL(paraseq, Autograd, m) {
   m.impl("para_gru_head_backward", &para_gru_backward_autograd<HeadGru>);
   m.impl("para_lstm", &para_lstm_autograd);
   m.impl("para_lstm_backward", &para_lstm_backward_autograd);
+  m.impl("para_slstm", &para_slstm_autograd);
+  m.impl("para_slstm_backward", &para_slstm_backward_autograd);
   m.impl("odeint", &odeint_autograd);
 }

@@ -37,6 +37,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_lstm(const at::Tensor& u, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p, const std::optional<at::Tensor>& state0,
                    const at::Tensor& state, const at::Tensor& grad_state);
+// ParaSLSTM: u [B, T, 4H] (i, f, z, o), r [4, H], state [B, T, 4H] with each channel's (c, n, m, h) together.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm(const at::Tensor& u, const at::Tensor& r,
+                                                          const std::optional<at::Tensor>& state0, double eps,
+                                                          c10::ArrayRef<double> config, bool with_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm_backward(const at::Tensor& u, const at::Tensor& r,
+                                                                   const std::optional<at::Tensor>& state0,
+                                                                   const at::Tensor& state, const at::Tensor& grad_state,
+                                                                   double eps);
 
 at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
                   const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,

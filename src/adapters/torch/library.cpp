@@ -32,6 +32,13 @@ TORCH_LIBRARY(paraseq, m) {
         "-> (Tensor state, Tensor residual, Tensor stats)");
   m.def("para_lstm_backward(Tensor u, Tensor a, Tensor p, Tensor? state0, Tensor state, Tensor grad_state) "
         "-> (Tensor grad_u, Tensor grad_a, Tensor grad_p, Tensor grad_state0)");
+  // ParaSLSTM (xLSTM's sLSTM, diagonal recurrence): u [B,T,4H] (pre-activations i, f, z, o), r [4,H]
+  // (r_i, r_f, r_z, r_o, as applied: any clamp is the caller's), eps > 0 in h' = o c' / (n' + eps);
+  // state [B,T,4H] with each channel's (c, n, m, h) together; otherwise as para_gru.
+  m.def("para_slstm(Tensor u, Tensor r, Tensor? state0, float eps, float[] config, bool with_residual) "
+        "-> (Tensor state, Tensor residual, Tensor stats)");
+  m.def("para_slstm_backward(Tensor u, Tensor r, Tensor? state0, Tensor state, Tensor grad_state, float eps) "
+        "-> (Tensor grad_u, Tensor grad_r, Tensor grad_state0)");
   // N trajectories of a built-in field observed at the times t: returns [N, len(t), n].
   // field: "damped_oscillator", "lotka_volterra", "sir", "linear_shared", "linear_own" or "mlp";
   // params [N, P] (own) and shared [Q] as in src/loops/fields.hpp; mlp_hidden for "mlp".
@@ -59,6 +66,8 @@ void register_kernels(torch::Library& m) {
   m.impl("para_gru_head_backward", &para_gru_head_backward);
   m.impl("para_lstm", &para_lstm);
   m.impl("para_lstm_backward", &para_lstm_backward);
+  m.impl("para_slstm", &para_slstm);
+  m.impl("para_slstm_backward", &para_slstm_backward);
   m.impl("odeint", &odeint);
   m.impl("odeint_backward", &odeint_backward);
 }

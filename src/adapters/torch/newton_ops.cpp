@@ -1,4 +1,5 @@
-// paraseq::para_gru, para_gru_head, para_lstm and their backward: argument checks and outputs (newton_ops.hpp).
+// paraseq::para_gru, para_gru_head, para_lstm, para_slstm and their backward: argument checks and outputs
+// (newton_ops.hpp).
 #include "kernels.hpp"
 #include "newton_ops.hpp"
 
@@ -82,23 +83,26 @@ NewtonConfig newton_config_from_list(const char* op, c10::ArrayRef<double> confi
 
 namespace {
 
-// The cells' shapes, checked here so that errors name the operator's arguments: u [B, T, 3H],
-// the parameters [rows, H] (a: 3 rows, p: 2), the state [B, T, S] (S = H for ParaGRU, 2H for
-// ParaLSTM) and its initial value [B, S].
+// The cells' shapes, checked here so that errors name the operator's arguments: u [B, T, gates x H]
+// (3 gates; ParaSLSTM 4), the parameters [rows, H] (a: 3 rows, p: 2; ParaSLSTM's r: 4), the state
+// [B, T, S] (S = H for ParaGRU, 2H for ParaLSTM, 4H for ParaSLSTM) and its initial value [B, S].
 struct CellShapes {
   const char* op;
   const at::Tensor& u;
   int64_t hidden_size, state_size;
-  const char* state_layout; // how the state's channels are laid out, for messages
+  const char* state_layout;       // how the state's channels are laid out, for messages
+  int64_t gates = 3;              // u's columns per channel
+  const char* hidden_from = "a";  // the argument that gives H, for messages
 
   void check_param(const char* name, const at::Tensor& param, int64_t rows) const {
     TORCH_CHECK_VALUE(param.size(0) == rows && param.size(1) == hidden_size, op, ": argument '", name, "' has shape ",
-                      param.sizes(), ", expected [", rows, ", H] = [", rows, ", ", hidden_size,
-                      "] (H from argument 'a')");
+                      param.sizes(), ", expected [", rows, ", H] = [", rows, ", ", hidden_size, "] (H from argument '",
+                      hidden_from, "')");
   }
   void check_u() const {
-    TORCH_CHECK_VALUE(u.size(2) == 3 * hidden_size, op, ": argument 'u' has shape ", u.sizes(),
-                      ", expected [B, T, 3H] = [B, T, ", 3 * hidden_size, "] (H = ", hidden_size, " from argument 'a')");
+    TORCH_CHECK_VALUE(u.size(2) == gates * hidden_size, op, ": argument 'u' has shape ", u.sizes(), ", expected [B, T, ",
+                      gates, "H] = [B, T, ", gates * hidden_size, "] (H = ", hidden_size, " from argument '",
+                      hidden_from, "')");
   }
   void check_initial(const char* name, const at::Tensor& initial) const {
     check_tensor(op, name, initial, 2, u);
@@ -145,6 +149,19 @@ CellShapes checked_head_cell(const char* op, const at::Tensor& u, const at::Tens
   return shapes;
 }
 
+// Checks u [B, T, 4H], r [4, H] (r_i, r_f, r_z, r_o) and eps of a ParaSLSTM operator; its state is
+// [B, T, 4H], each channel's (c, n, m, h) together.
+CellShapes checked_slstm_cell(const char* op, const at::Tensor& u, const at::Tensor& r, double eps) {
+  check_tensor(op, "u", u, 3, u);
+  check_tensor(op, "r", r, 2, u);
+  const CellShapes shapes{op, u, r.size(1), 4 * r.size(1), "4H (each channel's (c, n, m, h) together)", 4, "r"};
+  shapes.check_param("r", r, 4);
+  shapes.check_u();
+  TORCH_CHECK_VALUE(eps > 0 && eps <= std::numeric_limits<double>::max(), op, ": argument 'eps' is ", eps,
+                    ", expected a finite number > 0 (h' = o c' / (n' + eps))");
+  return shapes;
+}
+
 // The recurrent parameters, prepared (contiguous, compute type).
 std::vector<at::Tensor> prepared_params(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> result;
@@ -156,9 +173,10 @@ template <class MakeCell>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> solve(const char* op, const at::Tensor& u,
                                                      const std::vector<at::Tensor>& params,
                                                      const std::optional<at::Tensor>& h0, int64_t state_size,
-                                                     const NewtonConfig& config, bool with_residual) {
+                                                     const NewtonConfig& config, bool with_residual, double eps = 0) {
   NewtonTensors tensors;
   tensors.u = prepared(u), tensors.params = params, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
+  tensors.eps = eps;
   tensors.h = at::empty({u.size(0), u.size(1), state_size}, tensors.u.options());
   tensors.residual = at::empty({with_residual ? u.size(0) : 0}, u.options().dtype(at::kDouble));
   tensors.stats = at::empty({with_residual ? 2 : 0}, u.options().dtype(at::kLong));
@@ -169,9 +187,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> solve(const char* op, const at::T
 // Returns (du, dparams in each parameter's shape, dh0); h and grad_h are checked by the caller.
 template <class MakeCell>
 std::vector<at::Tensor> gradients(const char* op, const at::Tensor& u, const std::vector<at::Tensor>& params,
-                                  const std::optional<at::Tensor>& h0, const at::Tensor& h, const at::Tensor& grad_h) {
+                                  const std::optional<at::Tensor>& h0, const at::Tensor& h, const at::Tensor& grad_h,
+                                  double eps = 0) {
   NewtonTensors tensors;
   tensors.u = prepared(u), tensors.params = params, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
+  tensors.eps = eps;
   tensors.h = prepared(h), tensors.grad_h = prepared(grad_h);
   tensors.du = at::empty(u.sizes(), tensors.u.options());
   long param_count = 0;
@@ -197,6 +217,8 @@ constexpr const char* gru_head_backward_op = "paraseq::para_gru_head_backward";
 constexpr const char* lstm_op = "paraseq::para_lstm";
 constexpr const char* gru_backward_op = "paraseq::para_gru_backward";
 constexpr const char* lstm_backward_op = "paraseq::para_lstm_backward";
+constexpr const char* slstm_op = "paraseq::para_slstm";
+constexpr const char* slstm_backward_op = "paraseq::para_slstm_backward";
 
 } // namespace
 
@@ -264,6 +286,29 @@ para_lstm_backward(const at::Tensor& u, const at::Tensor& a, const at::Tensor& p
   const auto params = prepared_params({a, p});
   const auto grads = gradients<MakeLstm>(lstm_backward_op, u, params, state0, state, grad_state);
   return {grads[0], grads[1], grads[2], grads[3]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm(const at::Tensor& u, const at::Tensor& r,
+                                                          const std::optional<at::Tensor>& state0, double eps,
+                                                          c10::ArrayRef<double> config, bool with_residual) {
+  const CellShapes shapes = checked_slstm_cell(slstm_op, u, r, eps);
+  if (state0) shapes.check_initial("state0", *state0);
+  const NewtonConfig solver_config = newton_config_from_list(slstm_op, config);
+  const auto params = prepared_params({r});
+  return solve<MakeSlstm>(slstm_op, u, params, state0, shapes.state_size, solver_config, with_residual, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm_backward(const at::Tensor& u, const at::Tensor& r,
+                                                                   const std::optional<at::Tensor>& state0,
+                                                                   const at::Tensor& state, const at::Tensor& grad_state,
+                                                                   double eps) {
+  const CellShapes shapes = checked_slstm_cell(slstm_backward_op, u, r, eps);
+  if (state0) shapes.check_initial("state0", *state0);
+  shapes.check_states("state", state);
+  shapes.check_states("grad_state", grad_state);
+  const auto params = prepared_params({r});
+  const auto grads = gradients<MakeSlstm>(slstm_backward_op, u, params, state0, state, grad_state, eps);
+  return {grads[0], grads[1], grads[2]};
 }
 
 } // namespace paraseq::torch_bridge

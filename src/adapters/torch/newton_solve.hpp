@@ -13,6 +13,8 @@
 
 #include <ATen/ops/zeros.h>
 
+#include <type_traits>
+
 namespace paraseq::torch_bridge {
 
 // Calls f(h0): tensors.h0 as a View or, where the call has none, ZeroInitialState for a built-in
@@ -30,11 +32,19 @@ void with_initial_state(const Cell& cell, const NewtonTensors& tensors, const F&
   }
 }
 
+// The cell of one call: MakeCell over its parameters, and ParaSLSTM's eps.
+template <class MakeCell, class T, class Space>
+auto make_cell(const NewtonTensors& tensors) {
+  if constexpr (std::is_same_v<MakeCell, MakeSlstm>)
+    return MakeCell{}.template operator()<T, Space>(tensors.params, tensors.eps);
+  else return MakeCell{}.template operator()<T, Space>(tensors.params);
+}
+
 template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>
 void newton_forward_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
   using Mem = typename Space::memory_space;
   const bool with_residual = tensors.residual.numel() > 0;
-  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  const auto cell = make_cell<MakeCell, T, Space>(tensors);
   const auto u_view = as_view<const T, 3, Space>(tensors.u);
   const auto h_view = as_view<T, 3, Space>(tensors.h);
   NewtonStats<Mem> stats;
@@ -63,7 +73,7 @@ void newton_forward_on(const char* op, const NewtonTensors& tensors, const Newto
 
 template <class MakeCell, class T, CompiledNewtonModes Modes = CompiledNewtonModes::all, class Space>
 void newton_gradients_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
-  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  const auto cell = make_cell<MakeCell, T, Space>(tensors);
   const auto u_view = as_view<const T, 3, Space>(tensors.u);
   const auto h_view = as_view<const T, 3, Space>(tensors.h);
   const auto g_view = as_view<const T, 3, Space>(tensors.grad_h);
@@ -81,7 +91,7 @@ void newton_gradients_on(const char* op, const NewtonTensors& tensors, const New
 // so that a caller can pick the unit that compiled its family. Errors as newton_solve's.
 template <class MakeCell, class T, class Space>
 NewtonMode newton_mode_on(const char* op, const NewtonTensors& tensors, const NewtonConfig& config, const Space& space) {
-  const auto cell = MakeCell{}.template operator()<T, Space>(tensors.params);
+  const auto cell = make_cell<MakeCell, T, Space>(tensors);
   NewtonMode mode = NewtonMode::automatic;
   translate_errors([&] {
     detail::check_newton_config(config);

@@ -501,6 +501,48 @@ def compare_packed(time_ms, device, shapes, reps, peers):
             del x, h0, weight, x_leaf, h0_leaf, module, reference, reference_gradients
 
 
+def compare_slstm(time_ms, device, shapes, reps, peers):
+    """The ParaSLSTM module (diagonal mix, input projection included), K = 3 Newton iterations, each library's
+    automatic backend: paraseq's (its operator) against pararnn-torch's with the same weights, forward and forward +
+    backward (gradients of x and every parameter). K = 3 does not solve the sLSTM's recurrence to the loop's accuracy
+    (docs/solvers.md, "ParaSLSTM's convergence"): both run the same iterations, and each one's distance to the
+    sequential loop is recorded next to its time."""
+    for B, T, H in shapes:
+        torch.manual_seed(5)
+        x = torch.randn(B, T, H, device=device)
+        weight = torch.randn(B, T, H, device=device)
+        shape = {"B": B, "T": T, "H": H}
+        forward, backward = {"workload": "slstm_forward", **shape}, {"workload": "slstm_forward_backward", **shape}
+        module = paraseq.ParaSLSTM(H, H, config=paraseq.compile_safe_config(3)).to(device)
+        with torch.no_grad():
+            torch.nn.init.uniform_(module.in_proj.bias, -0.5, 0.5)
+            exact = paraseq.newton_apply(module, x, paraseq.NewtonConfig(scan_backend="sequential"))[..., 3, :]
+            to_loop = lambda h: {"max_error_to_the_loop": max_abs_diff(h, exact)}  # noqa: E731
+            yield measure(time_ms, {**forward, "implementation": "paraseq ParaSLSTM"}, lambda: module(x), reps, to_loop)
+        x_leaf = x.clone().requires_grad_()
+        leaves = (x_leaf, module.in_proj.weight, module.in_proj.bias, module.recurrent)
+        yield measure(time_ms, {**backward, "implementation": "paraseq ParaSLSTM"},
+                      lambda: torch.autograd.grad((module(x_leaf) * weight).sum(), leaves), reps)
+        yield {**forward, "implementation": "HBM floor (read x, write h)", "bytes": 8 * B * T * H}
+        name = "pararnn-torch ParaSLSTM newton_apply"
+        pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
+        if pararnn is not None:
+            cell = pararnn.ParaSLSTM(H, H, device=device)
+            with torch.no_grad():
+                cell.W_x.weight.copy_(module.in_proj.weight)
+                cell.W_x.bias.copy_(module.in_proj.bias)
+                cell.R.copy_(module.recurrent)
+            config = pararnn.compile_safe_config(scan_backend="auto")
+            tag = {"implementation": name, **peers.tag("pararnn-torch")}
+            peer = lambda x: pararnn.newton_apply(cell, x, config)[..., 3, :]  # noqa: E731
+            with torch.no_grad():
+                yield measure(time_ms, {**forward, **tag}, lambda: peer(x), reps, to_loop)
+            parameters = (cell.W_x.weight, cell.W_x.bias, cell.R)
+            yield measure(time_ms, {**backward, **tag},
+                          lambda: torch.autograd.grad((peer(x_leaf) * weight).sum(), (x_leaf, *parameters)), reps)
+        del x, weight, x_leaf, module, exact
+
+
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
 
 SWEEP_BACKENDS = ("auto", "fused", "one_pass", "scan")  # paraseq's Newton backends in the sweeps
@@ -815,7 +857,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head", "packed")
+SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head", "packed", "slstm")
 
 
 def shapes(text):
@@ -834,6 +876,8 @@ def main():
                         help="B x T x H x n_heads shapes of the mix='head' ParaGRU comparison, comma separated")
     parser.add_argument("--packed-shapes", default="65536x256x64,16384x1024x16",
                         help="T x H x S shapes of the packed-sequence ParaGRU comparison (S sequences, T steps in all)")
+    parser.add_argument("--slstm-shapes", default="16x4096x256,1x65536x256",
+                        help="B x T x H shapes of the ParaSLSTM comparison, comma separated")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
     parser.add_argument("--trajectories", type=int, default=1 << 20,
@@ -854,7 +898,7 @@ def main():
         gru_shapes, scan_shapes, ode_N, reps = [(2, 64, 16)], [(2, 64, 8), (1, 100, 4)], 256, 2
         user_gru_shape = (2, 64, 16)
         sweep_gru_T, sweep_gru_BH, sweep_scan_T = [64, 256], [(2, 8)], [1 << 10, 1 << 12]
-        head_shapes, packed_shapes = [(2, 64, 16, 4)], [(64, 8, 4)]
+        head_shapes, packed_shapes, slstm_shapes = [(2, 64, 16, 4)], [(64, 8, 4)], [(2, 32, 8)]
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), args.trajectories, 5
@@ -863,6 +907,7 @@ def main():
         sweep_gru_BH = [(1, 256), (4, 256), (16, 256), (16, 1024), (64, 1024)]
         sweep_scan_T = [1 << k for k in range(16, 27, 2)]
         head_shapes, packed_shapes = shapes(args.head_shapes), shapes(args.packed_shapes)
+        slstm_shapes = shapes(args.slstm_shapes)
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -875,6 +920,7 @@ def main():
             "ode": lambda: compare_ode(time_ms, device, ode_N, ode_steps, compiled_steps, reps, peers),
             "head": lambda: compare_head(time_ms, device, head_shapes, reps, peers),
             "packed": lambda: compare_packed(time_ms, device, packed_shapes, reps, peers),
+            "slstm": lambda: compare_slstm(time_ms, device, slstm_shapes, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
             "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
     def save():

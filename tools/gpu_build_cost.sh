@@ -15,18 +15,18 @@
 # ctest.log and pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose
 # compiled-path tests compile extensions with nvcc); bench.json from the target benchmarks on the
 # idle host; extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
-# compile); then
-# compare-gru.json, compare-scan.json, compare-user.json, compare-sweep.json, compare-head.json and
-# compare-packed.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
-# libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence
-# targets); compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
-# PARASEQ_COMPARE_ODE=0; and last, with PARASEQ_NCU=1, Nsight Compute's reports of the
-# long-sequence shape (below).
-# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed") names the compare.py sections
-# to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and PARASEQ_PYTEST_CUDA_SECONDS (default
-# 480; 0 leaves it out) limits test_cuda.py. BASELINE_TAR, a `git archive` of an earlier commit, has
-# its benchmark binary built beside the tests (its build time is not measured) and measured between
-# two runs of this tree's, on the idle host: bench-baseline.json, then bench-again.json.
+# compile); then compare-gru.json, compare-scan.json, compare-user.json, compare-sweep.json,
+# compare-head.json, compare-packed.json and compare-slstm.json (perf_tests/compare.py: paraseq's
+# operators against PyTorch and the peer libraries importable here, e.g. from wheels on
+# PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json (torch.compile's cold
+# compiles, torchdiffeq, torchode), unless PARASEQ_COMPARE_ODE=0; and last, with PARASEQ_NCU=1,
+# Nsight Compute's reports of the long-sequence shape (below).
+# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
+# sections to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and
+# PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py. BASELINE_TAR, a
+# `git archive` of an earlier commit, has its benchmark binary built beside the tests (its build
+# time is not measured) and measured between two runs of this tree's, on the idle host:
+# bench-baseline.json, then bench-again.json.
 # PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
 # has other git metadata.
 set -euo pipefail
@@ -154,7 +154,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed}; do
+for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed slstm}; do
   case $section in
   gru) compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
   scan | user) compare "$section" 300 ;;

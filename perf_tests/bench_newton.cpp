@@ -1,5 +1,5 @@
-// ParaGRU forward and forward+backward through newton_solve in its modes, and the input
-// projection GEMM. Shapes (B, T, H): the anchors (16, 4096, 1024) and (8, 16384, 512), a long
+// ParaGRU (diagonal and head-block) forward and forward+backward through newton_solve in its modes,
+// and the input projection GEMM. Shapes (B, T, H): the anchors (16, 4096, 1024) and (8, 16384, 512), a long
 // sequence with a small batch (1, 65536, 256), and (1, 262144, 1), where B x H is below the
 // thread count of any machine, so the automatic rule picks Newton over the sequential loop.
 //
@@ -15,6 +15,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
+#include <cmath>
 #include <tuple>
 
 namespace {
@@ -92,6 +93,50 @@ void long_sequence_shapes(benchmark::internal::Benchmark* bench) {
       bench->Args({B, T, H, long(mode)});
 }
 PARASEQ_BENCHMARK(gru_forward)->Name("gru_forward_long")->Apply(long_sequence_shapes);
+
+// The head-block ParaGRU (ParaGRUHeads: a dense d_head x d_head block per head and gate) at the
+// shapes of perf_tests/compare.py's head section, forward and forward + backward in the modes the
+// automatic rule chooses between. Flops count each head's three matrix-vector products (6 d_head
+// per element) on top of the diagonal cell's.
+struct GruHeadsProblem {
+  Kokkos::View<float****, Kokkos::LayoutRight, memory> a;
+  View3 u, h;
+  GruHeadsProblem(int B, int T, int H, int d_head)
+      : a("a", 3, H / d_head, d_head, d_head), u("u", B, T, 3 * H), h("h", B, T, H) {
+    fill(a, 0.5f / std::sqrt(float(d_head)), 1); // blocks of norm about 0.5: a contraction, as trained heads are
+    fill(u, 1.0f, 2);
+  }
+  paraseq::ParaGRUHeads<float, memory> cell() const { return {a}; }
+};
+
+void gru_heads(benchmark::State& state, bool backward) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2)), d_head = int(state.range(3));
+  GruHeadsProblem problem(B, T, H, d_head);
+  View3 g("g", B, T, H), du("du", B, T, 3 * H);
+  View1 da("da", 3 * H * d_head);
+  fill(g, 1.0f, 3);
+  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
+  config.mode = paraseq::NewtonMode(state.range(4));
+  const double elements = double(B) * T * H;
+  const double flops = (forward_flops_per_element + 6.0 * d_head) * elements;
+  const double bytes = (backward ? 48 : 16) * elements;
+  paraseq::bench::time_fenced(state, bytes, (backward ? 3 : 1) * flops, [&](const Space& space) {
+    paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
+    if (backward)
+      paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da, paraseq::ZeroInitialState{},
+                               paraseq::NoGradient{}, config);
+  });
+}
+void gru_heads_forward(benchmark::State& state) { gru_heads(state, false); }
+void gru_heads_forward_backward(benchmark::State& state) { gru_heads(state, true); }
+void gru_heads_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "d_head", "mode"});
+  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::automatic})
+    for (auto [B, T, H, d_head] : {std::tuple{16, 4096, 1024, 32}, {4, 65536, 256, 32}, {16, 4096, 512, 8}})
+      bench->Args({B, T, H, d_head, long(mode)});
+}
+PARASEQ_BENCHMARK(gru_heads_forward)->Apply(gru_heads_shapes);
+PARASEQ_BENCHMARK(gru_heads_forward_backward)->Apply(gru_heads_shapes);
 
 // The fused forward at the anchor shape with P threads per lane (NewtonConfig::fused_team_threads),
 // so that the device rule choosing P can be checked against its neighbours in one run.

@@ -125,6 +125,7 @@ targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequen
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
+targets+='|gru_heads_'
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true

@@ -27,7 +27,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _cell_codegen, _ops, _user_cell, _user_function
-from ._extension_build import BuildUnavailable, OnRequestOnly, build_settings, require_device
+from ._extension_build import BuildUnavailable, build_settings, require_device
 from ._extension_build import load as _load
 from ._field_codegen import HELPERS, Unsupported
 
@@ -392,7 +392,7 @@ def _choose(token, structure, slots, hidden, input_size, dtype, x_dtype, device_
     owner, function = _user_function.split(_user_function.entry(token).callable())
     tensors = [x.detach() for x in _user_function.found_tensors(owner, function)]
     try:
-        require_device(device_type, "x", compile)
+        require_device(device_type, "x")
         if dtype not in SCALAR_TYPES:
             raise Unsupported(f"a state of dtype {dtype} (the compiled path computes float32 and float64 states)")
         if autocast:
@@ -406,8 +406,6 @@ def _choose(token, structure, slots, hidden, input_size, dtype, x_dtype, device_
         reason = f"does not support {error}"
     except BuildUnavailable as error:
         reason = f"is not available here: {error}"
-    except OnRequestOnly as error:
-        reason = f"is taken only when asked for: {error}"
     if compile is True:
         raise NotImplementedError(f"newton_apply: argument 'compile' is True, but the compiled path {reason}; pass "
                                   "compile='auto' or False for the general path") from None

@@ -21,7 +21,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _field_codegen, _user_function, _user_odeint
-from ._extension_build import BuildUnavailable, OnRequestOnly, build_settings, require_device
+from ._extension_build import BuildUnavailable, build_settings, require_device
 from ._extension_build import load as _load
 
 METHOD_TYPES = {"euler": "Euler", "heun": "Heun", "rk4": "RK4", "bosh3": "BogackiShampine3", "dopri5": "DormandPrince5",
@@ -240,7 +240,7 @@ def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
     tensors = [x.detach() for x in _user_function.found_tensors(owner, function)]
     compute_dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     try:
-        require_device(device_type, "y0", compile)
+        require_device(device_type, "y0")
         if dtype != compute_dtype:
             raise _field_codegen.Unsupported(f"a state of dtype {dtype} (the compiled path computes float32 and "
                                              "float64 states)")
@@ -252,8 +252,6 @@ def _choose(token, n, dtype, device_type, method, one_trajectory, compile):
         reason = f"does not support {error}"
     except BuildUnavailable as error:
         reason = f"is not available here: {error}"
-    except OnRequestOnly as error:
-        reason = f"is taken only when asked for: {error}"
     if compile is True:
         raise NotImplementedError(f"odeint: argument 'compile' is True, but the compiled path {reason}; pass "
                                   "compile='auto' or False for the general path") from None

@@ -211,23 +211,14 @@ def build_settings() -> BuildSettings:
     return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp")
 
 
-class OnRequestOnly(Exception):
-    """The compiled path can run, but compile="auto" does not take it; str() says why."""
-
-
-def require_device(device_type: str, argument: str, compile) -> None:
+def require_device(device_type: str, argument: str) -> None:
     """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
-    Kokkos has it; OnRequestOnly where Kokkos has CUDA unless compile is True: every extension of
-    such a build, also one for CPU tensors, is compiled by nvcc, whose first use takes minutes
-    (docs/torch.md), too long to start unasked."""
+    Kokkos has it. (Every extension of a CUDA build, also one for CPU tensors, is compiled by nvcc:
+    its first use took 21-38 s on an H100 machine's host, 2026-12-05, docs/torch.md.)"""
     cuda = build_settings().cuda
     if device_type not in ("cpu", "cuda") or (device_type == "cuda" and not cuda):
         raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "
                                f"{argument} is on {device_type}")
-    if cuda and compile is not True:
-        raise OnRequestOnly(f"{argument} is on {device_type.upper() if device_type == 'cuda' else 'the CPU'} with a "
-                            "CUDA build of paraseq, whose extensions nvcc compiles on first use (34 s for an odeint "
-                            "right-hand side on an H200 machine); pass compile=True to take it")
 
 
 def _run(function, command, source_path):

@@ -782,12 +782,12 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         For a cell of your own: "auto" takes the compiled path (step traced on one row and emitted
         as C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq)
         when it supports every operation of step's recurrence, the state is float32 or float64 on
-        the CPU, autocast is off and a C++ compiler is there, else the general path with a warning
-        naming why; True the compiled path or NotImplementedError naming why (with a CUDA build of
-        paraseq only True takes it, on the CPU and on CUDA: nvcc compiles its first use; not
-        measured for a cell, 34 s for an odeint right-hand side on the H200 machine, 2026-12-02);
-        False the general path. With ``process_group`` the solve is the general path ("auto"; True
-        raises). ParaGRU and ParaLSTM always run their operators ("auto" or True; False raises);
+        the CPU (or on CUDA, with a CUDA build), autocast is off and a C++ compiler is there, else
+        the general path with a warning naming why; True the compiled path or NotImplementedError
+        naming why (with a CUDA build of paraseq, on the CPU and on CUDA, nvcc compiles its first
+        use: 28-38 s for the cells of perf_tests/extension_compile.py on an H100 machine's host,
+        2026-12-05); False the general path. With ``process_group`` the solve is the general path
+        ("auto"; True raises). ParaGRU and ParaLSTM always run their operators ("auto" or True; False raises);
         ParaSLSTM runs its operator with "auto" or True and the general path with False.
     cu_seqlens : torch.Tensor, optional
         Packed sequences (FlashAttention's convention): int32 or int64 [S + 1] on x's device,

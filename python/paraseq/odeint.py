@@ -60,9 +60,9 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     C++, compiled on first use and cached under $PARASEQ_CACHE_DIR or ~/.cache/paraseq) when it
     supports every operation of func, else the general path (the same methods and step rules in
     PyTorch, one custom operator under torch.compile) with a warning naming why; True the compiled
-    path or NotImplementedError; False the general path. With a CUDA build of paraseq only True
-    takes the compiled path (on the CPU and on CUDA): nvcc compiles its first use, 34 s for a Van
-    der Pol oscillator on the H200 machine (2026-12-02). Built-in fields run their operator
+    path or NotImplementedError; False the general path. With a CUDA build of paraseq nvcc
+    compiles the first use (on the CPU and on CUDA), 21 s for a Van der Pol oscillator on an H100
+    machine's host (2026-12-05). Built-in fields run their operator
     (compile "auto" or True). See docs/migration.md and docs/torch.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not

@@ -1094,8 +1094,12 @@ def generate(graph_module, n, one_trajectory, tensor_shapes, struct_name="UserFi
         backward_lines.extend(lines)
     adjoints = "\n".join("    " + line for line in generator.adjoints)
     backward = "\n".join("    " + line for line in backward_lines)
+    # A few shared values: the backward loop keeps each trajectory's part of their gradient in
+    # registers (src/loops/field.hpp, max_shared_parameter_count).
+    bound = (f"\n  static constexpr int max_shared_parameter_count = {generator.shared_count};"
+             if 0 < generator.shared_count <= 16 else "")
     source = f"""struct {struct_name} {{
-  static constexpr int state_size = {n};
+  static constexpr int state_size = {n};{bound}
   KOKKOS_INLINE_FUNCTION int parameter_count() const {{ return 0; }}
   KOKKOS_INLINE_FUNCTION int shared_parameter_count() const {{ return {generator.shared_count}; }}
 

@@ -16,8 +16,12 @@
 //     //   y_bar += (df/dy)^T dy_bar,  p_bar.own(k) += (df/dp_k) . dy_bar,  p_bar.shared(k) += ...
 //     template <class T, class P, class G>
 //     KOKKOS_FUNCTION void vjp(T t, const T* y, const P& p, const T* dy_bar, T* y_bar, const G& p_bar) const;
-//     // Needed only to differentiate per-trajectory parameters without a vjp():
+//     // Needed only to differentiate per-trajectory parameters without a vjp(); a bound of at most 16
+//     // also keeps each trajectory's parameters (and their gradients) in registers:
 //     static constexpr int max_parameter_count = 2;
+//     // Optional, at most 16: the backward loop then adds each trajectory's part of the shared
+//     // parameters' gradients in registers instead of in device memory at every stage:
+//     static constexpr int max_shared_parameter_count = 2;
 //     // Optional, on the host: throws std::invalid_argument (naming fn) for a bad configuration.
 //     void validate(const std::string& fn) const;
 //   };
@@ -148,6 +152,20 @@ constexpr int count_register_parameters() {
 }
 template <class Field>
 inline constexpr int register_parameters = count_register_parameters<Field>();
+
+template <class Field>
+concept HasMaxSharedParameterCount = requires { Field::max_shared_parameter_count; };
+
+// The shared parameters' gradient sums kept in registers by the backward loop: a field that bounds
+// their number with max_shared_parameter_count <= 16.
+template <class Field>
+constexpr int count_register_shared_parameters() {
+  if constexpr (HasMaxSharedParameterCount<Field>)
+    return Field::max_shared_parameter_count <= 16 ? Field::max_shared_parameter_count : 0;
+  else return 0;
+}
+template <class Field>
+inline constexpr int register_shared_parameters = count_register_shared_parameters<Field>();
 
 // What kernels hand to a field as p: registers when it bounds its own parameters, else memory.
 template <class Field, class T>

@@ -637,6 +637,16 @@ int check_problem(const std::string& fn, const Space& space, const Problem<Field
     require(field.shared_parameter_count() == 0, fn, "shared", "no View",
             "a [" + std::to_string(field.shared_parameter_count()) + "] View of the field's shared parameters");
   }
+  // The kernels keep as many parameters (and gradient sums) in registers as the field's bounds say.
+  if constexpr (is_given_v<Params> && register_parameters<Field> > 0)
+    require(long(problem.params.extent(1)) <= Field::max_parameter_count, fn, "params",
+            "shape " + shape_of(problem.params),
+            "at most max_parameter_count = " + std::to_string(Field::max_parameter_count) + " columns (the field's bound)");
+  if constexpr (is_given_v<Shared> && register_shared_parameters<Field> > 0)
+    require(long(problem.shared.extent(0)) <= Field::max_shared_parameter_count, fn, "shared",
+            "shape " + shape_of(problem.shared),
+            "at most max_shared_parameter_count = " + std::to_string(Field::max_shared_parameter_count) +
+                " values (the field's bound)");
   const long observations = long(steps.observation_times.size());
   require_extents_if_given(fn, "outputs.final_state", outputs.final_state, {N, n}, "[N, n], the shape of y0");
   require_extents_if_given(fn, "outputs.observed", outputs.observed, {N, observations, n},

@@ -617,8 +617,10 @@ struct Backward {
   using Rk = RkStep<Method, Field, T, Capacity, ParametersFor<Field, T>>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
-  // Own-parameter gradients accumulate in registers when the field declares a small bound.
+  // Own-parameter gradients accumulate in registers when the field declares a small bound, and the
+  // trajectory's part of the shared ones likewise.
   static constexpr int local_parameters = register_parameters<Field>;
+  static constexpr int local_shared_parameters = register_shared_parameters<Field>;
 
   Field field;
   int runtime_n;
@@ -701,8 +703,16 @@ struct Backward {
         p_bar.own_data = &grads.params_bar(traj, 0), p_bar.own_stride = grads.params_bar.s1;
       }
     }
-    if (grads.shared_bar.extent(1) > 0)
-      p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = long(grads.shared_bar.stride(1));
+    T shared_sums[local_shared_parameters > 0 ? local_shared_parameters : 1];
+    const int shared_count = int(grads.shared_bar.extent(1)); // at most local_shared_parameters (check_problem)
+    if (shared_count > 0) {
+      if constexpr (local_shared_parameters > 0) {
+        for (int k = 0; k < shared_count; ++k) shared_sums[k] = grads.shared_bar(row, k);
+        p_bar.shared_data = shared_sums, p_bar.shared_stride = 1;
+      } else {
+        p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = long(grads.shared_bar.stride(1));
+      }
+    }
 
     T lambda[Capacity], y[Capacity];
     for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
@@ -746,6 +756,8 @@ struct Backward {
     grads.segment(row) = loaded;
     if constexpr (OwnGradients && local_parameters > 0)
       for (int k = 0; k < grads.parameters; ++k) grads.params_bar(traj, k) = own_bar[k];
+    if constexpr (local_shared_parameters > 0)
+      for (int k = 0; k < shared_count; ++k) grads.shared_bar(row, k) = shared_sums[k];
     if (m == 0) finalize(traj, row);
   }
 };

@@ -1094,8 +1094,8 @@ def generate(graph_module, n, one_trajectory, tensor_shapes, struct_name="UserFi
         backward_lines.extend(lines)
     adjoints = "\n".join("    " + line for line in generator.adjoints)
     backward = "\n".join("    " + line for line in backward_lines)
-    # A few shared values: the backward loop keeps each trajectory's part of their gradient in
-    # registers (src/loops/field.hpp, max_shared_parameter_count).
+    # A few shared values: the backward loop sums each trajectory's part of their gradient in a
+    # local array (src/loops/field.hpp, max_shared_parameter_count).
     bound = (f"\n  static constexpr int max_shared_parameter_count = {generator.shared_count};"
              if 0 < generator.shared_count <= 16 else "")
     source = f"""struct {struct_name} {{

@@ -19,8 +19,8 @@
 //     // Needed only to differentiate per-trajectory parameters without a vjp(); a bound of at most 16
 //     // also keeps each trajectory's parameters (and their gradients) in registers:
 //     static constexpr int max_parameter_count = 2;
-//     // Optional, at most 16: the backward loop then adds each trajectory's part of the shared
-//     // parameters' gradients in registers instead of in device memory at every stage:
+//     // Optional, at most 16: the backward loop then sums each trajectory's part of the shared
+//     // parameters' gradients in thread-local storage instead of in device memory at every stage:
 //     static constexpr int max_shared_parameter_count = 2;
 //     // Optional, on the host: throws std::invalid_argument (naming fn) for a bad configuration.
 //     void validate(const std::string& fn) const;
@@ -156,7 +156,8 @@ inline constexpr int register_parameters = count_register_parameters<Field>();
 template <class Field>
 concept HasMaxSharedParameterCount = requires { Field::max_shared_parameter_count; };
 
-// The shared parameters' gradient sums kept in registers by the backward loop: a field that bounds
+// The shared parameters' gradient sums kept in thread-local storage by the backward loop (a local
+// array: registers or the L1-cached local memory, as the compiler places it): a field that bounds
 // their number with max_shared_parameter_count <= 16.
 template <class Field>
 constexpr int count_register_shared_parameters() {

@@ -617,8 +617,8 @@ struct Backward {
   using Rk = RkStep<Method, Field, T, Capacity, ParametersFor<Field, T>>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
-  // Own-parameter gradients accumulate in registers when the field declares a small bound, and the
-  // trajectory's part of the shared ones likewise.
+  // Own-parameter gradients accumulate in a local array when the field declares a small bound, and
+  // the trajectory's part of the shared ones likewise.
   static constexpr int local_parameters = register_parameters<Field>;
   static constexpr int local_shared_parameters = register_shared_parameters<Field>;
 

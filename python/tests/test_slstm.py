@@ -226,3 +226,22 @@ def test_the_operator_names_a_bad_argument(change, message):
     u, r, eps = change(u, r)
     with pytest.raises(ValueError, match=message):
         torch.ops.paraseq.para_slstm(u, r, None, eps, NewtonConfig()._operator_config(True), False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_modules_are_stored_as_such_and_computed_in_float32(dtype):
+    """The seed contract (docs/torch.md, AMP): the module's dtype is its storage; the operator computes in float32."""
+    cell, x, _ = case(T=16)
+    cell = cell.float()
+    x = x.float()
+    reference = cell(x)
+    half = ParaSLSTM(cell.input_size, cell.hidden_size).to(dtype)
+    half.load_state_dict({name: value.to(dtype) for name, value in cell.state_dict().items()})
+    h = half(x.to(dtype))
+    assert h.dtype == dtype
+    tolerance = 5e-2 if dtype == torch.bfloat16 else 5e-3
+    torch.testing.assert_close(h.float(), reference, rtol=0, atol=tolerance)
+    h.float().square().sum().backward()
+    assert half.recurrent.grad.dtype == dtype and torch.isfinite(half.recurrent.grad.float()).all()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # an outer autocast does not lower the solve
+        assert torch.equal(cell(x), reference)

@@ -3,16 +3,15 @@
 // finite differences, on every enabled execution space: a unit of its own beside
 // test_rk_gradients.cpp (Tsit5 over the Linear field is not a compiled instance, so its loop
 // kernels compile here). The oscillator runs twice: with its shared count bounded
-// (max_shared_parameter_count, gradient sums in registers) and without (sums in device memory).
+// (max_shared_parameter_count, gradient sums in a local array) and without (sums in device memory).
 
 #include "rk_test_support.hpp"
 
 #include <gmock/gmock.h>
 
-namespace {
-
-using namespace paraseq;
-using namespace paraseq::test;
+// In a named namespace: nvcc warns (#177) about the dual-number probe of an operator() with
+// internal linkage that solve_with_gradient's check instantiates but never calls.
+namespace shared_gradient_fields {
 
 // y'' = -k y - c y' with k and c shared by every trajectory, as a generated field of the Python
 // package's compiled path has them. The bounded variants declare max_shared_parameter_count.
@@ -41,6 +40,14 @@ struct BoundedSharedOscillator : SharedOscillator {
 struct BoundOnlyOscillator : OscillatorEquations { // Q from the View, checked against the bound
   static constexpr int max_shared_parameter_count = 2;
 };
+
+} // namespace shared_gradient_fields
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using namespace shared_gradient_fields;
 
 template <class Space>
 class RungeKuttaSharedGradients : public ::testing::Test {};

@@ -706,14 +706,15 @@ def _check_parameter(cell, name, tensor, shape):
                          f"{list(shape)} (from input_size = {cell.input_size}, hidden_size = {cell.hidden_size})")
 
 
-def _check_initial_state(name, tensor, x, cell, function="newton_apply"):
-    expected = [x.shape[0], cell.hidden_size]
+def _check_initial_state(name, tensor, x, cell, function="newton_apply", slots=None, layout="[B, hidden_size]"):
+    """A state tensor [B, H], or [B, slots, H] with slots (layout says how, in messages), in the module's dtype."""
+    expected = [x.shape[0], cell.hidden_size] if slots is None else [x.shape[0], slots, cell.hidden_size]
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{function}: argument '{name}' is a {type(tensor).__name__}, expected a tensor {expected} "
-                        "([B, hidden_size])")
+                        f"({layout})")
     if list(tensor.shape) != expected:
         raise ValueError(f"{function}: argument '{name}' has shape {list(tensor.shape)}, expected {expected} "
-                         "([B, hidden_size])")
+                         f"({layout})")
     dtype = cell.recurrent.dtype
     if tensor.dtype != dtype:
         raise TypeError(f"{function}: argument '{name}' has dtype {tensor.dtype}, expected {dtype} (the module's dtype)")
@@ -890,10 +891,7 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         else:
             state, residual, stats = ops.para_lstm(u, cell.recurrent, cell.peephole, state0, config,
                                                    return_stats or check)
-    if check:
-        error = _divergence(residual, cfg.residual_fail, cfg.max_iters)
-        if error is not None:
-            raise error
+    _check_divergence(residual if check else None, cfg)
     if isinstance(cell, ParaGRU):
         result = state
     else:
@@ -913,16 +911,7 @@ def _newton_apply_slstm(cell, x, cfg, h0, return_stats, return_cell_state):
     _check_parameter(cell, "recurrent", cell.recurrent, (4, H))
     state0 = None
     if h0 is not None:
-        expected = [x.shape[0], 4, H]
-        if not isinstance(h0, torch.Tensor):
-            raise TypeError(f"newton_apply: argument 'h0' is a {type(h0).__name__}, expected a tensor {expected} "
-                            "([B, 4, hidden_size]: slots c, n, m, h)")
-        if list(h0.shape) != expected:
-            raise ValueError(f"newton_apply: argument 'h0' has shape {list(h0.shape)}, expected {expected} "
-                             "([B, 4, hidden_size]: slots c, n, m, h)")
-        if h0.dtype != cell.recurrent.dtype:
-            raise TypeError(f"newton_apply: argument 'h0' has dtype {h0.dtype}, expected {cell.recurrent.dtype} (the "
-                            "module's dtype)")
+        _check_initial_state("h0", h0, x, cell, slots=4, layout="[B, 4, hidden_size]: slots c, n, m, h")
         state0 = h0.transpose(1, 2).flatten(1)  # the operator's layout: each channel's (c, n, m, h) together
     eager = not torch.compiler.is_compiling()
     check = eager and cfg.residual_fail is not None

@@ -872,7 +872,7 @@ def main():
                         help="B x T x H shapes of the recurrence comparison, comma separated")
     parser.add_argument("--scan-shapes", default="16x4096x1024,1x65536x256,1x262144x1,1x1048576x64,4x262144x128",
                         help="B x T x N shapes of the diagonal linear scan comparison, comma separated")
-    parser.add_argument("--head-shapes", default="16x4096x1024x32,4x65536x256x8,16x4096x512x64",
+    parser.add_argument("--head-shapes", default="16x4096x512x64,4x65536x256x8,16x4096x1024x32",
                         help="B x T x H x n_heads shapes of the mix='head' ParaGRU comparison, comma separated")
     parser.add_argument("--packed-shapes", default="65536x256x64,16384x1024x16",
                         help="T x H x S shapes of the packed-sequence ParaGRU comparison (S sequences, T steps in all)")

@@ -13,20 +13,22 @@
 # build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times and,
 # unless PARASEQ_ALONE=0, the application units compiled again one at a time on the idle host);
 # ctest.log and pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose
-# compiled-path tests compile extensions with nvcc); bench.json from the target benchmarks on the
-# idle host; extension-compile.json (perf_tests/extension_compile.py: the compiled path's nvcc
-# compile); then compare-gru.json, compare-scan.json, compare-user.json, compare-sweep.json,
-# compare-head.json, compare-packed.json and compare-slstm.json (perf_tests/compare.py: paraseq's
-# operators against PyTorch and the peer libraries importable here, e.g. from wheels on
-# PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json (torch.compile's cold
-# compiles, torchdiffeq, torchode), unless PARASEQ_COMPARE_ODE=0; and last, with PARASEQ_NCU=1,
-# Nsight Compute's reports of the long-sequence shape (below).
+# compiled-path tests compile extensions with nvcc); then, so that a lease that ends early keeps
+# what the targets name: compare-gru.json, compare-scan.json, compare-user.json,
+# compare-sweep.json, compare-head.json, compare-packed.json and compare-slstm.json
+# (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
+# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
+# (torch.compile's cold compiles, torchdiffeq, torchode), unless PARASEQ_COMPARE_ODE=0; with
+# PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape (below); bench.json and
+# bench-heads.json from the target benchmarks on the idle host; last extension-compile.json
+# (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
-# sections to run, PARASEQ_BENCH=0 leaves the target benchmarks out, and
-# PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py. BASELINE_TAR, a
-# `git archive` of an earlier commit, has its benchmark binary built beside the tests (its build
-# time is not measured) and measured between two runs of this tree's, on the idle host:
-# bench-baseline.json, then bench-again.json.
+# sections to run, PARASEQ_COMPARE_SECONDS (default 240) limits each section but gru, scan and user
+# (300 s), PARASEQ_BENCH=0 leaves the target benchmarks out, PARASEQ_EXTENSION_COMPILE=0 the first
+# use, and PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py.
+# BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
+# tests (its build time is not measured) and measured between two runs of this tree's, on the idle
+# host: bench-baseline.json, then bench-again.json.
 # PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
 # has other git metadata.
 set -euo pipefail
@@ -120,36 +122,6 @@ wait $ctest_pid || true
 tail -n 4 "$out/ctest.log"
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 
-# The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
-targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
-targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
-targets+='|gru_heads_'
-bench() { # build_dir report
-  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
-    --timeout 60 >"$2.log" 2>&1 || true
-}
-# With a baseline, this tree runs again after it (bench-again.json): a difference that follows the
-# order of the runs (the GPU's state after minutes of load) rather than the tree shows up as a
-# difference between bench.json and bench-again.json.
-if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
-  bench "$build" "$out/bench.json"
-  if [[ -n $baseline ]]; then
-    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
-      bench /tmp/build-baseline "$out/bench-baseline.json"
-      bench "$build" "$out/bench-again.json"
-    else
-      tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
-    fi
-  fi
-fi
-# The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
-# and cached use.
-PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
-  timeout 300 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
-  >"$out/extension-compile.log" 2>&1 || true
-tail -n 3 "$out/extension-compile.log"
 compare() { # section time_limit_seconds [compare.py arguments]
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
@@ -159,7 +131,7 @@ for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed slstm
   case $section in
   gru) compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
   scan | user) compare "$section" 300 ;;
-  *) compare "$section" 240 ;;
+  *) compare "$section" "${PARASEQ_COMPARE_SECONDS:-240}" ;;
   esac
 done
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
@@ -175,4 +147,38 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
 fi
+# The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
+targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
+targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
+bench() { # build_dir report
+  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
+    --timeout 60 >"$2.log" 2>&1 || true
+}
+# With a baseline, this tree runs again after it (bench-again.json): a difference that follows the
+# order of the runs (the GPU's state after minutes of load) rather than the tree shows up as a
+# difference between bench.json and bench-again.json.
+if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
+  bench "$build" "$out/bench.json"
+  # The head GRU's dense 32 x 32 heads (forward in every mode, forward + backward in the automatic
+  # one), 20 s per case: a slow mode costs its limit, not the run.
+  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$build" --out "$out/bench-heads.json" \
+    --filter 'gru_heads_forward/|gru_heads_forward_backward/.*/mode:0/' --repetitions 3 --timeout 20 \
+    >"$out/bench-heads.json.log" 2>&1 || true
+  if [[ -n $baseline ]]; then
+    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
+      bench /tmp/build-baseline "$out/bench-baseline.json"
+      bench "$build" "$out/bench-again.json"
+    else
+      tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
+    fi
+  fi
+fi
+# The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
+# and cached use.
+[[ ${PARASEQ_EXTENSION_COMPILE:-1} == 0 ]] || PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python" \
+  timeout 300 python3 "$repo/perf_tests/extension_compile.py" --device cuda --out "$out/extension-compile.json" \
+  >"$out/extension-compile.log" 2>&1 || true
+[[ ! -f $out/extension-compile.log ]] || tail -n 3 "$out/extension-compile.log"
 echo "gpu_build_cost.sh: done"

@@ -131,7 +131,8 @@ void gru_heads_forward(benchmark::State& state) { gru_heads(state, false); }
 void gru_heads_forward_backward(benchmark::State& state) { gru_heads(state, true); }
 void gru_heads_shapes(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "d_head", "mode"});
-  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::automatic})
+  for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::one_pass,
+                    paraseq::NewtonMode::sequential, paraseq::NewtonMode::automatic})
     for (auto [B, T, H, d_head] : {std::tuple{16, 4096, 1024, 32}, {4, 65536, 256, 32}, {16, 4096, 512, 8}})
       bench->Args({B, T, H, d_head, long(mode)});
 }

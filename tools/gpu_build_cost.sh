@@ -161,9 +161,9 @@ bench() { # build_dir report
 # difference between bench.json and bench-again.json.
 if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
   # The head GRU's dense heads up to 32 x 32 (forward in every mode, forward + backward in the
-  # automatic one), 20 s per case: a slow mode costs its limit, not the run.
+  # automatic one), 15 s per case: a slow mode costs its limit, not the run.
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$build" --out "$out/bench-heads.json" \
-    --filter 'gru_heads_forward/|gru_heads_forward_backward/.*/mode:0/' --repetitions 3 --timeout 20 \
+    --filter 'gru_heads_forward/|gru_heads_forward_backward/.*/mode:0/' --repetitions 3 --timeout 15 \
     >"$out/bench-heads.json.log" 2>&1 || true
   bench "$build" "$out/bench.json"
   if [[ -n $baseline ]]; then

@@ -621,7 +621,9 @@ public:
       }
     apply_published_maps(team, me, chunk_maps_.data(), batch, tile, segment_first, chunk - segment_first, staging, state);
     if (me.p == 0) {
-      for (int r = 0; r < me.rows; ++r)
+      // Bounded by Rows too: g++ 12 and 13 lose me.rows <= Rows here and warn (-Wstringop-overread)
+      // of a copy past `state`.
+      for (int r = 0; r < Rows && r < me.rows; ++r)
         for (int i = 0; i < dim(); ++i) entering[(me.first_lane + r) * D + i] = state[r][i];
       Kokkos::memory_fence();
     }

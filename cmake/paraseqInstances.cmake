@@ -42,7 +42,8 @@ endfunction()
 
 # The kernels of an ordered scan (src/core/ordered_scan.hpp's ScanKernel) that get translation units
 # of their own on devices, where each takes tens of seconds to compile: a Newton scan's unit would
-# otherwise hold them all. Host kernels compile in seconds and stay in their scan's unit.
+# otherwise hold them all. Host kernels compile in seconds and stay in their scan's unit. The
+# generated extensions of cells of your own split theirs alike (libparaseq_torch.build.json names them).
 set(PARASEQ_ETI_DEVICE_SCAN_KERNELS ApplyTag ChainedTag)
 
 # One instance: its declaration (`declaration`) for the headers, its definition (`definition`) for

@@ -57,20 +57,16 @@ def _instances(structure, split):
     return units
 
 
-# The ordered scans' device kernels that get units of their own in a CUDA build, as the library's
-# compiled instances do (PARASEQ_ETI_DEVICE_SCAN_KERNELS, cmake/paraseqInstances.cmake): the family
-# units then compile only their scans' planning kernels, and nvcc compiles these beside them.
-DEVICE_SCAN_KERNELS = ("ApplyTag", "ChainedTag")
-
-
-def _scan_kernels(structure, split):
+def _scan_kernels(structure, split, tags):
     """(unit name, the scan's alias in the extension's namespace, tag) of every ordered-scan kernel
-    with a unit of its own: with split (a CUDA build), the Newton scan, the quasi one (a cell whose
-    Jacobian is not diagonal) and the adjoint scan."""
+    with a unit of its own: with split (a CUDA build), the kernels `tags` (the library's device scan
+    kernels, as its compiled instances split them: build_settings) of the Newton scan, the quasi one
+    (a cell whose Jacobian is not diagonal) and the adjoint scan. The family units then compile only
+    their scans' planning kernels, and nvcc compiles these beside them."""
     if not split:
         return []
     scans = ["forward_scan", "adjoint_scan"] + ([] if structure == "diag" else ["quasi_scan"])
-    return [(f"{scan}_{tag[:-3].lower()}", scan, tag) for scan in scans for tag in DEVICE_SCAN_KERNELS]
+    return [(f"{scan}_{tag[:-3].lower()}", scan, tag) for scan in scans for tag in tags]
 
 
 def _scan_kernel(namespace, scan, tag, extern):
@@ -83,16 +79,17 @@ def _instance(function, family, space, extern):
             f"const paraseq::torch_bridge::NewtonTensors&, const paraseq::NewtonConfig&, const {space}&);")
 
 
-def _extension_sources(namespace, cell, structure, dtype, split, suffix):
+def _extension_sources(namespace, cell, structure, dtype, split, suffix, scan_tags):
     """The extension's files: its header and the operators' unit, and with split (for nvcc) one unit
-    per mode family and space (_instances), which the operators' unit declares extern."""
+    per mode family and space (_instances), which the operators' unit declares extern, and one per
+    device scan kernel of scan_tags (_scan_kernels)."""
     scalar = SCALAR_TYPES[dtype]
     dense = ("TORCH_CHECK_VALUE(groups == 1, op, \": argument 'params' has shape \", params.sizes(),\n"
              "                    \", expected [1, \", Cell::max_params_per_group,\n"
              "                    \"] (a dense cell is one group)\");") if structure == "dense" else ""
     instances = _instances(structure, split)
     externs = "\n".join(_instance(function, family, space, True) for _, function, family, space in instances)
-    kernels = _scan_kernels(structure, split)
+    kernels = _scan_kernels(structure, split, scan_tags)
     # The scans of the solves on CUDA (newton.hpp's and newton_backward.hpp's recurrences over the
     # Views of the operators, h0 always given) and their kernels declared extern: see _scan_kernels.
     scans = ("""
@@ -425,7 +422,7 @@ def _plan(token, tensors, structure, slots, hidden, input_size, dtype, x_dtype, 
     settings = build_settings()
     namespace, loaded_now = _load("newton_apply", "paraseq_cell", "cells",
                                   lambda name: _extension_sources(name, generated.source, structure, dtype, settings.cuda,
-                                                                  settings.suffix))
+                                                                  settings.suffix, settings.device_scan_kernels))
     if loaded_now:
         _extensions[namespace] = Extension(namespace, generated.group_size)
         _register(_extensions[namespace])

@@ -5,9 +5,10 @@ An extension is one generated C++ translation unit with its operators in a names
 (torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>). It links against the loaded
 libparaseq_torch.so, so Kokkos is initialised once (ensure_kokkos) and is the same Kokkos, and
 compiles with the headers and Kokkos that libparaseq_torch.build.json next to the library names
-(CMake writes it; a source tree without one uses its src/ and the loaded libkokkoscore). With a
-CUDA Kokkos an extension is a CUDA source compiled by nvcc (the library's CUDA compiler, host
-compiler and architectures) and has CPU and CUDA kernels; otherwise a C++ source with CPU kernels.
+(CMake writes it; a source tree without one uses its src/, its cmake/paraseqInstances.cmake and the
+loaded libkokkoscore). With a CUDA Kokkos an extension is a CUDA source compiled by nvcc (the
+library's CUDA compiler, host compiler and architectures) and has CPU and CUDA kernels; otherwise a
+C++ source with CPU kernels.
 
 Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
 generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
@@ -85,10 +86,21 @@ def _kokkos_include(library):
     return None
 
 
+def _instance_list(tree, name):
+    """The list `name` of the source tree's cmake/paraseqInstances.cmake (its `set(NAME a b ...)`)."""
+    path = tree / "cmake" / "paraseqInstances.cmake"
+    found = re.search(rf"^set\({name}\s+([^)]*)\)", path.read_text(), re.MULTILINE) if path.is_file() else None
+    if found is None:
+        raise BuildUnavailable(f"the list {name} was not found in {path} (no {BUILD_DESCRIPTION} next to "
+                               f"{_library.LIBRARY_PATH})")
+    return found.group(1).split()
+
+
 def _discovered_description():
-    """The build description of an in-tree build without one: the repository's src/ and the
-    loaded Kokkos."""
-    source = Path(__file__).resolve().parents[2] / "src"
+    """The build description of an in-tree build without one: the repository's src/, the loaded
+    Kokkos and the lists of its cmake/paraseqInstances.cmake."""
+    tree = Path(__file__).resolve().parents[2]
+    source = tree / "src"
     if not (source / "adapters" / "torch" / "odeint_integrate.hpp").is_file():
         raise BuildUnavailable(f"paraseq's headers were not found (no {BUILD_DESCRIPTION} next to "
                                f"{_library.LIBRARY_PATH} and no source tree at {source})")
@@ -98,7 +110,8 @@ def _discovered_description():
         raise BuildUnavailable(f"the headers of the Kokkos that {_library.LIBRARY_PATH} uses were not found (no "
                                f"{BUILD_DESCRIPTION} next to it)")
     return {"paraseq_source_dir": str(source), "include_dirs": [str(include)], "compile_definitions": [],
-            "compile_options": [], "link_libraries": [str(library)], "cxx_compiler": None}
+            "compile_options": [], "link_libraries": [str(library)], "cxx_compiler": None,
+            "device_scan_kernels": _instance_list(tree, "PARASEQ_ETI_DEVICE_SCAN_KERNELS")}
 
 
 class BuildSettings(NamedTuple):
@@ -109,6 +122,7 @@ class BuildSettings(NamedTuple):
     source: Path  # paraseq's headers (the directory that <paraseq/...> names)
     cuda: bool  # Kokkos has CUDA: the extensions are CUDA sources (nvcc) with CPU and CUDA kernels
     suffix: str  # of a generated source: ".cu" for nvcc, ".cpp" otherwise
+    device_scan_kernels: tuple  # the ordered-scan kernel tags whose device instances have units of their own
 
 
 _CUDA_ARCHITECTURE = re.compile(r"#define\s+KOKKOS_ARCH_(?:KEPLER|MAXWELL|PASCAL|VOLTA|TURING|AMPERE|ADA|HOPPER|BLACKWELL)"
@@ -208,7 +222,10 @@ def build_settings() -> BuildSettings:
                           "kokkos": version.group(1) if version else kokkos_config.as_posix(),
                           "compiler": compiler_version, "headers": headers.hexdigest(),
                           "flags": compile_flags + link_flags})
-    return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp")
+    # A description written before it named them: the family units compile those kernels too.
+    scan_kernels = tuple(description.get("device_scan_kernels", ()))
+    return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp",
+                         scan_kernels)
 
 
 def require_device(device_type: str, argument: str) -> None:

@@ -7,6 +7,7 @@ the diagonal, the two-slot block2 and the dense GRU cell of test_user_functions.
 diagonal and block sources do not depend on hidden_size, so other sizes (test_packed.py's) load them."""
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -661,13 +662,23 @@ def test_each_extern_piece_of_a_cuda_extension_is_defined_in_exactly_one_of_its_
     """A CUDA build's extension (generated here without compiling) splits its solves into units:
     every piece the shared header and the operators' unit declare extern, and nothing else, is
     explicitly instantiated by exactly one unit, so the link has each piece once."""
-    files = _compiled_cell._extension_sources("ns", "", structure, torch.float64, True, ".cu")
+    tags = _extension_build.build_settings().device_scan_kernels
+    files = _compiled_cell._extension_sources("ns", "", structure, torch.float64, True, ".cu", tags)
     declared = [line.removeprefix("extern ") for text in (files["ns.hpp"], files["ns.cu"])
                 for line in text.splitlines() if line.startswith("extern template")]
     defined = [line for name, text in files.items() if name not in ("ns.hpp", "ns.cu")
                for line in text.splitlines() if line.startswith("template ")]
     assert sorted(declared) == sorted(defined) and len(set(defined)) == len(defined)
     scan_kernels = [line for line in defined if "ScanKernel" in line]
-    assert len(scan_kernels) == 2 * (2 if structure == "diag" else 3)  # Apply, Chained of each scan
+    assert len(scan_kernels) == len(tags) * (2 if structure == "diag" else 3)  # each kernel of each scan
     quasi_forward = "forward_family<paraseq::CompiledNewtonModes::newton_quasi>"  # a diagonal cell's is its exact one
     assert sum(quasi_forward in line for line in defined) == (0 if structure == "diag" else 1)
+
+
+def test_the_build_description_names_the_device_scan_kernels_of_cmakes_list():
+    """A CUDA extension splits off the scan kernels that the library's instances do: CMake writes
+    PARASEQ_ETI_DEVICE_SCAN_KERNELS into the build description, and a source tree without one reads
+    that list from cmake/paraseqInstances.cmake."""
+    tree = Path(_extension_build.__file__).resolve().parents[2]
+    listed = _extension_build._instance_list(tree, "PARASEQ_ETI_DEVICE_SCAN_KERNELS")
+    assert listed and _extension_build.build_settings().device_scan_kernels == tuple(listed)

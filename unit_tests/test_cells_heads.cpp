@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -101,7 +102,7 @@ TYPED_TEST(HeadCells, ModesMatchTheSequentialLoop) {
     fill_uniform(h0, -1, 1, 7);
     const Host3 reference = heads_sequential(as_double4(a), as_double3(u), as_double2(h0));
     const ParaGRUHeads<double, typename Space::memory_space> cell{a};
-    for (NewtonMode mode : {NewtonMode::sequential, NewtonMode::newton, NewtonMode::fused}) {
+    for (NewtonMode mode : {NewtonMode::sequential, NewtonMode::newton, NewtonMode::fused, NewtonMode::automatic}) {
       NewtonConfig config;
       config.mode = mode;
       config.max_iters = 12;
@@ -109,7 +110,10 @@ TYPED_TEST(HeadCells, ModesMatchTheSequentialLoop) {
       Kokkos::deep_copy(h, NAN);
       NewtonStats<typename Space::memory_space> stats;
       newton_solve(Space{}, cell, u, h, config, h0, &stats);
-      EXPECT_EQ(stats.mode, mode);
+      if (mode != NewtonMode::automatic) EXPECT_EQ(stats.mode, mode);
+      // A device walks heads of 8 or more channels with the team step (newton.hpp's rule).
+      else if (!Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible && d >= 8)
+        EXPECT_EQ(stats.mode, NewtonMode::sequential);
       EXPECT_LE(max_relative_error(h, reference), 1e-12) << "d_head " << d << ", mode " << int(mode);
     }
     // The quasi Jacobian (J's diagonal, from linearize_diagonal): linear convergence, exact after
@@ -140,43 +144,80 @@ TYPED_TEST(HeadCells, FloatNewtonMatchesTheDoubleLoop) {
   EXPECT_LE(max_relative_error(h, heads_sequential(as_double4(a), as_double3(u), Host2())), 1e-5);
 }
 
+// Every mode's gradients, the sequential one's from the team adjoint (SequentialTeamAdjoint), with
+// heads of 3 and of 6 channels.
 TYPED_TEST(HeadCells, GradientsMatchFiniteDifferencesOfTheLoop) {
   using Space = TypeParam;
-  const int B = 2, T_steps = 5, heads = 2, d = 3, H = heads * d;
-  View4<double, Space> a("a", 3, heads, d, d);
-  View2<double, Space> h0("h0", B, H), dh0("dh0", B, H);
-  View3<double, Space> u("u", B, T_steps, 3 * H), h("h", B, T_steps, H), g("g", B, T_steps, H),
-      du("du", B, T_steps, 3 * H);
-  View1<double, Space> da("da", 3 * H * d);
-  fill_uniform(a, -0.8, 0.8, 10);
-  fill_uniform(u, -1.5, 1.5, 11);
-  fill_uniform(h0, -1, 1, 12);
-  fill_uniform(g, -1, 1, 13);
-  const ParaGRUHeads<double, typename Space::memory_space> cell{a};
-  Host4 ha = as_double4(a); // copies, perturbed by the differences below
-  Host3 hu = as_double3(u), hg = as_double3(g);
-  Host2 hh0 = as_double2(h0);
-  auto loss = [&]() {
-    const Host3 state = heads_sequential(ha, hu, hh0);
-    double sum = 0;
-    for (std::size_t i = 0; i < state.span(); ++i) sum += hg.data()[i] * state.data()[i];
-    return sum;
-  };
-  for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
-    NewtonConfig config;
-    config.mode = mode;
-    config.max_iters = 10;
-    newton_solve(Space{}, cell, u, h, config, h0);
-    EXPECT_LE(max_relative_error(h, heads_sequential(ha, hu, hh0)), 1e-12);
-    Kokkos::deep_copy(du, NAN);
-    Kokkos::deep_copy(da, NAN);
-    Kokkos::deep_copy(dh0, NAN);
-    newton_backward(Space{}, cell, u, h, g, du, da, h0, dh0, config);
-    SCOPED_TRACE("mode " + std::to_string(int(mode)));
-    expect_gradient_matches_central_differences(du, hu.data(), hu.span(), loss, "du");
-    expect_gradient_matches_central_differences(da, ha.data(), ha.span(), loss, "da");
-    expect_gradient_matches_central_differences(dh0, hh0.data(), hh0.span(), loss, "dh0");
+  for (int d : {3, 6}) {
+    SCOPED_TRACE("d_head " + std::to_string(d));
+    const int B = 2, T_steps = 5, heads = 2, H = heads * d;
+    View4<double, Space> a("a", 3, heads, d, d);
+    View2<double, Space> h0("h0", B, H), dh0("dh0", B, H);
+    View3<double, Space> u("u", B, T_steps, 3 * H), h("h", B, T_steps, H), g("g", B, T_steps, H),
+        du("du", B, T_steps, 3 * H);
+    View1<double, Space> da("da", 3 * H * d);
+    fill_uniform(a, -0.8, 0.8, 10);
+    fill_uniform(u, -1.5, 1.5, 11);
+    fill_uniform(h0, -1, 1, 12);
+    fill_uniform(g, -1, 1, 13);
+    const ParaGRUHeads<double, typename Space::memory_space> cell{a};
+    Host4 ha = as_double4(a); // copies, perturbed by the differences below
+    Host3 hu = as_double3(u), hg = as_double3(g);
+    Host2 hh0 = as_double2(h0);
+    auto loss = [&]() {
+      const Host3 state = heads_sequential(ha, hu, hh0);
+      double sum = 0;
+      for (std::size_t i = 0; i < state.span(); ++i) sum += hg.data()[i] * state.data()[i];
+      return sum;
+    };
+    for (NewtonMode mode : {NewtonMode::newton, NewtonMode::fused, NewtonMode::sequential}) {
+      NewtonConfig config;
+      config.mode = mode;
+      config.max_iters = 10;
+      newton_solve(Space{}, cell, u, h, config, h0);
+      EXPECT_LE(max_relative_error(h, heads_sequential(ha, hu, hh0)), 1e-12);
+      Kokkos::deep_copy(du, NAN);
+      Kokkos::deep_copy(da, NAN);
+      Kokkos::deep_copy(dh0, NAN);
+      newton_backward(Space{}, cell, u, h, g, du, da, h0, dh0, config);
+      SCOPED_TRACE("mode " + std::to_string(int(mode)));
+      expect_gradient_matches_central_differences(du, hu.data(), hu.span(), loss, "du");
+      expect_gradient_matches_central_differences(da, ha.data(), ha.span(), loss, "da");
+      expect_gradient_matches_central_differences(dh0, hh0.data(), hh0.span(), loss, "dh0");
+    }
   }
+}
+
+// Heads of the bound, 32 channels, in double: the team adjoint's gradients (whose parameter sums
+// outgrow a GPU's default 48 KiB of team scratch and move to level 1 there) against the newton
+// mode's reverse scan.
+TYPED_TEST(HeadCells, TeamAdjointOfWideHeadsMatchesTheScanAdjoint) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 40, heads = 2, d = 32, H = heads * d;
+  View4<double, Space> a("a", 3, heads, d, d);
+  View2<double, Space> h0("h0", B, H);
+  View3<double, Space> u("u", B, T_steps, 3 * H), h("h", B, T_steps, H), g("g", B, T_steps, H);
+  fill_uniform(a, -1.0 / std::sqrt(d), 1.0 / std::sqrt(d), 14);
+  fill_uniform(u, -1, 1, 15);
+  fill_uniform(h0, -1, 1, 16);
+  fill_uniform(g, -1, 1, 17);
+  const ParaGRUHeads<double, typename Space::memory_space> cell{a};
+  NewtonConfig sequential, scans;
+  sequential.mode = NewtonMode::sequential;
+  scans.mode = NewtonMode::newton;
+  newton_solve(Space{}, cell, u, h, sequential, h0);
+  auto gradients = [&](const NewtonConfig& config) {
+    View3<double, Space> du("du", B, T_steps, 3 * H);
+    View1<double, Space> da("da", 3 * H * d);
+    View2<double, Space> dh0("dh0", B, H);
+    newton_backward(Space{}, cell, u, h, g, du, da, h0, dh0, config);
+    return std::tuple{du, da, dh0};
+  };
+  const auto [du, da, dh0] = gradients(sequential);
+  const auto [du_scan, da_scan, dh0_scan] = gradients(scans);
+  EXPECT_LE(max_relative_error(du, to_host(du_scan)), 1e-11);
+  EXPECT_LE(max_relative_error(da, to_host(da_scan)), 1e-11);
+  EXPECT_LE(max_relative_error(dh0, to_host(dh0_scan)), 1e-11);
 }
 
 TYPED_TEST(HeadCells, MalformedHeadsAreRejected) {

@@ -50,13 +50,17 @@ KOKKOS_INLINE_FUNCTION auto a_entry(const AView& A, int batch, int t, int g, int
   else return A(batch, t, g, i, j);
 }
 
-// An h0 View without data (the compiled instances' ZeroInitialState) is zero too.
+// Channel `channel` of the initial state; an h0 View without data (the compiled instances'
+// ZeroInitialState) is zero too.
+template <class Acc, class H0View>
+KOKKOS_INLINE_FUNCTION Acc initial_value(const H0View& h0, int batch, int channel) {
+  if constexpr (std::is_same_v<H0View, ZeroInitialState>) return Acc(0);
+  else return h0.data() ? Acc(h0(batch, channel)) : Acc(0);
+}
+
 template <class Acc, class H0View>
 KOKKOS_INLINE_FUNCTION void load_initial(const H0View& h0, int batch, int first_channel, int d, Acc* x) {
-  for (int i = 0; i < d; ++i) {
-    if constexpr (std::is_same_v<H0View, ZeroInitialState>) x[i] = Acc(0);
-    else x[i] = h0.data() ? Acc(h0(batch, first_channel + i)) : Acc(0);
-  }
+  for (int i = 0; i < d; ++i) x[i] = initial_value<Acc>(h0, batch, first_channel + i);
 }
 
 // Forward recurrence over materialised A and b; step s is time s.

@@ -40,6 +40,27 @@
 // declares their size, d <= the structure's bound, on the host: `int group_size() const;`. Without
 // it a dense cell's one group is the whole state.
 //
+// A cell whose group's step costs O(d^2) but whose Jacobian costs more (ParaGRUHeads) may also let
+// a team of threads compute a group's step and vjp together, thread j its channel j, from the
+// group's parameters staged once in team scratch. The sequential mode and its adjoint then run one
+// team per (batch element, group) instead of one thread, whose arrays of d x d values would sit in
+// local memory on a GPU (newton_kernels.hpp, SequentialTeamRecurrence):
+//
+//     KOKKOS_FUNCTION int team_params_size() const; // values of the staged parameters
+//     KOKKOS_FUNCTION int team_work_size() const;   // values of team scratch the step and vjp use
+//     template <class Acc, class Member> KOKKOS_FUNCTION void stage_team_params(const Member& team,
+//                                                                               int g, Acc* staged) const;
+//     // f (d values) from h; input(k) returns input k of the group at this step
+//     template <class Acc, class Member, class Input> KOKKOS_FUNCTION void team_step(const Member& team,
+//         const Acc* staged, const Acc* h, const Input& input, Acc* f, Acc* work) const;
+//     // vjp's dh and du (written) and dparams (added to, in param_index's slot order k)
+//     template <class Acc, class Member, class Input> KOKKOS_FUNCTION void team_vjp(const Member& team,
+//         const Acc* staged, const Acc* h, const Input& input, const Acc* mu, Acc* dh, Acc* du,
+//         Acc* dparams, Acc* work) const;
+//
+// Every pointer is to team scratch; each function returns after a team barrier, with its outputs
+// visible to every thread of the team.
+//
 // Each parameter belongs to exactly one group (param_index is one-to-one), which keeps the gradient
 // reduction free of atomics and deterministic. A cell is copied to the device by value: hold
 // parameters in Views, never in host containers, and keep every member function free of exceptions.
@@ -151,6 +172,13 @@ KOKKOS_INLINE_FUNCTION void linearize_diagonal_of(const Cell& cell, int g, int d
     for (int i = 0; i < d; ++i) J_diag[i] = J[i * (d + 1)];
   }
 }
+
+// A cell with the team step above (every function is checked where it is called).
+template <class Cell>
+concept has_team_step = requires(const Cell& cell) {
+  { cell.team_params_size() } -> std::convertible_to<int>;
+  { cell.team_work_size() } -> std::convertible_to<int>;
+};
 
 template <class Cell>
 concept declares_group_size = is_dense_v<typename Cell::structure> && requires(const Cell& cell) {

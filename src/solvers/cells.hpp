@@ -226,7 +226,93 @@ struct ParaGRUHeads {
       }
   }
 
+  // The team step (cell.hpp): A_z, A_r, A_c staged as d x (d + 1) arrays, so that a thread per
+  // column (the step's gates) and a thread per row (the vjp's products with A^T) both read distinct
+  // shared-memory banks; the work space holds z, r, q and the c gate's pre-activation gradient.
+  KOKKOS_INLINE_FUNCTION int team_params_size() const { return 3 * int(a.extent(2)) * (int(a.extent(2)) + 1); }
+  KOKKOS_INLINE_FUNCTION int team_work_size() const { return 4 * int(a.extent(2)); }
+
+  template <class Acc, class Member>
+  KOKKOS_INLINE_FUNCTION void stage_team_params(const Member& team, int g, Acc* staged) const {
+    const int d = int(a.extent(2)), stride = d + 1;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 3 * d * d), [&](int k) {
+      const int gate = k / (d * d), i = k / d % d, j = k % d;
+      staged[(gate * d + i) * stride + j] = Acc(a(gate, g, i, j));
+    });
+    team.team_barrier();
+  }
+
+  template <class Acc, class Member, class Input>
+  KOKKOS_INLINE_FUNCTION void team_step(const Member& team, const Acc* staged, const Acc* h, const Input& input, Acc* f,
+                                        Acc* work) const {
+    const int d = int(a.extent(2));
+    Acc *z = work, *r = work + d, *q = work + 2 * d;
+    team_gates(team, staged, h, input, z, r, q);
+    const Acc* A_c = staged + 2 * d * (d + 1);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int j) {
+      Acc pre_c = input(2 * d + j);
+      for (int i = 0; i < d; ++i) pre_c += q[i] * A_c[i * (d + 1) + j];
+      f[j] = h[j] + z[j] * (detail::tanh(pre_c) - h[j]);
+    });
+    team.team_barrier();
+  }
+
+  template <class Acc, class Member, class Input>
+  KOKKOS_INLINE_FUNCTION void team_vjp(const Member& team, const Acc* staged, const Acc* h, const Input& input,
+                                       const Acc* mu, Acc* dh, Acc* du, Acc* dparams, Acc* work) const {
+    const int d = int(a.extent(2)), stride = d + 1, dd = d * d;
+    const Acc *A_z = staged, *A_r = staged + d * stride, *A_c = staged + 2 * d * stride;
+    Acc *z = work, *r = work + d, *q = work + 2 * d, *d_pre_c = work + 3 * d;
+    team_gates(team, staged, h, input, z, r, q);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int i) {
+      Acc pre_c = input(2 * d + i);
+      for (int k = 0; k < d; ++k) pre_c += q[k] * A_c[k * stride + i];
+      const Acc c = detail::tanh(pre_c);
+      du[i] = mu[i] * (c - h[i]) * z[i] * (Acc(1) - z[i]); // of pre_z
+      d_pre_c[i] = du[2 * d + i] = mu[i] * z[i] * (Acc(1) - c * c);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int k) { // of pre_r, through q_k = h_k r_k
+      Acc d_q = 0;
+      for (int i = 0; i < d; ++i) d_q += A_c[k * stride + i] * d_pre_c[i];
+      du[d + k] = d_q * q[k] * (Acc(1) - r[k]);
+      dh[k] = mu[k] * (Acc(1) - z[k]) + d_q * r[k];
+    });
+    team.team_barrier();
+    // Thread j: row j of the products with A_z^T and A_r^T, and column j of the parameter sums.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int j) {
+      Acc via_gates = 0;
+      for (int i = 0; i < d; ++i) via_gates += A_z[j * stride + i] * du[i] + A_r[j * stride + i] * du[d + i];
+      dh[j] += via_gates;
+      for (int k = 0; k < d; ++k) {
+        dparams[k * d + j] += h[k] * du[j];
+        dparams[dd + k * d + j] += h[k] * du[d + j];
+        dparams[2 * dd + k * d + j] += q[k] * d_pre_c[j];
+      }
+    });
+    team.team_barrier();
+  }
+
 private:
+  // The team step's gates: thread j computes z_j, r_j and q_j = h_j r_j (as gates() below).
+  template <class Acc, class Member, class Input>
+  KOKKOS_INLINE_FUNCTION void team_gates(const Member& team, const Acc* staged, const Acc* h, const Input& input, Acc* z,
+                                         Acc* r, Acc* q) const {
+    const int d = int(a.extent(2)), stride = d + 1;
+    const Acc *A_z = staged, *A_r = staged + d * stride;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int j) {
+      Acc pre_z = input(j), pre_r = input(d + j);
+      for (int i = 0; i < d; ++i) {
+        pre_z += h[i] * A_z[i * stride + j];
+        pre_r += h[i] * A_r[i * stride + j];
+      }
+      z[j] = detail::logistic(pre_z);
+      r[j] = detail::logistic(pre_r);
+      q[j] = h[j] * r[j];
+    });
+    team.team_barrier();
+  }
+
   // linearize's f and J, or (DiagonalOnly) f and J_ii alone.
   template <bool DiagonalOnly, class Acc>
   KOKKOS_INLINE_FUNCTION void linearize_rows(int g, const Acc* h, const Acc* u, Acc* f, Acc* J) const {

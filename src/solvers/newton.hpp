@@ -57,6 +57,7 @@
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
+#include <paraseq/core/team_policy.hpp>
 #include <paraseq/core/views.hpp>
 #include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell.hpp>
@@ -100,6 +101,13 @@ NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config
   if (double(shape.batch) * shape.groups * newton_work_ratio<ExecSpace>(config) >= double(space.concurrency()))
     return NewtonMode::sequential;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  // On a device, a cell with a team step (cell.hpp; the head GRU) on groups of 8 or more channels
+  // walks t with one team per group: every parallel-in-time mode costs O(d^3) per step and group
+  // there (the Jacobian's products, the maps' composition) in arrays of d x d values per thread,
+  // which a GPU keeps in local memory; the team step costs O(d^2), spread over d threads. A rule
+  // from operation counts: perf_tests' gru_heads_forward times every mode at the head shapes.
+  if constexpr (has_team_step<Cell> && !on_host)
+    if (shape.group_size >= 8) return NewtonMode::sequential;
   if (!is_fusable(config)) return NewtonMode::newton;
   if (on_host) return shape.steps <= plan_fused<Cell, Acc>(space, shape, config).window ? NewtonMode::fused : NewtonMode::newton;
   // A device runs the fused kernel with at most 16 threads per group, one team per batch element
@@ -367,10 +375,17 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
       if constexpr (compiles(Modes, CompiledNewtonModes::one_pass))
         one_pass_newton<Acc>(space, cell, u, out, h0, config, shape);
     } else if (mode == NewtonMode::sequential) {
-      if constexpr (compiles(Modes, CompiledNewtonModes::sequential))
+      if constexpr (compiles(Modes, CompiledNewtonModes::sequential) && has_team_step<Cell>) {
+        using team_t = SequentialTeamRecurrence<Acc, ExecSpace, Cell, UView, iterate_view, H0View>;
+        if (B * shape.groups > 0)
+          Kokkos::parallel_for("paraseq::newton_sequential_teams",
+                               team_policy(space, B * shape.groups, team_t::team_size(d), team_t::scratch_bytes(cell, d)),
+                               team_t{cell, u, out, h0, T, shape.groups, d});
+      } else if constexpr (compiles(Modes, CompiledNewtonModes::sequential)) {
         Kokkos::parallel_for("paraseq::newton_sequential",
                              Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * sequential_t::rows_of(shape.groups)),
                              sequential_t{cell, u, out, h0, T, shape.groups, d});
+      }
     } else {
       iterations = config.max_iters;
       if constexpr (compiles(Modes, CompiledNewtonModes::fused)) {

@@ -18,7 +18,8 @@
 // config (newton.hpp's rule for automatic) picks the kernels:
 //   fused, sequential  one kernel (newton_fused_adjoint.hpp) walks the windows from the last to the
 //                      first and evaluates the cell's vector-Jacobian products as the adjoint
-//                      passes, so mu is never stored (sequential: one thread per group and window)
+//                      passes, so mu is never stored (sequential: one thread per group and window;
+//                      a cell with a team step: one team per group, SequentialTeamAdjoint)
 //   newton             one reverse ordered scan (config.scan) stores mu, then one kernel evaluates
 //                      the vector-Jacobian products at every (b, t, group)
 // Parameter sums are per thread (fused) or per run of t (newton) and are added in a fixed order, with
@@ -26,7 +27,7 @@
 //
 // Memory. Saved between forward and backward: u and h (and h0), nothing else. Peak extra memory of
 // the backward: fused, B * P * param_count values of Acc (the per-thread parameter sums, P <= 16
-// threads per group); newton, mu (B*T*N values of h's type), runs * param_count values of Acc
+// threads per group; a cell with a team step in the sequential mode, B * param_count); newton, mu (B*T*N values of h's type), runs * param_count values of Acc
 // (runs <= B * 64) and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d) values of
 // Acc for its G time chunks (0 when G = 1).
 
@@ -114,6 +115,65 @@ struct AdjointLinearization {
   }
 };
 
+// The adjoint of the sequential mode for a cell with a team step (newton_kernels.hpp,
+// SequentialTeamRecurrence): one team per (batch element, group) walks t from T-1 to 0 with
+// mu_t = g_t + J_{t+1}^T mu_{t+1} in team scratch, writes dL/du_t, adds the group's parameter
+// gradients into a team-scratch sum (level 1, global memory, where level 0 cannot hold it) and
+// writes that sum into the batch element's row of `partial` at the end: no atomics, a fixed order.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
+          class PartialView, class DH0View>
+struct SequentialTeamAdjoint {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Cell cell;
+  UView u;
+  HView h;
+  H0View h0;
+  GView g_in;
+  DUView du;
+  PartialView partial;
+  DH0View dh0;
+  int steps, groups, d;
+  bool sums_in_level1;
+
+  static int team_size(int d) { return runs_on_host<ExecSpace> ? 1 : d; }
+  KOKKOS_INLINE_FUNCTION static std::size_t state_bytes(const Cell& cell, int d) {
+    return sizeof(Acc) * std::size_t(cell.team_params_size() + 3 * d + cell.inputs_per_group() + cell.team_work_size());
+  }
+  KOKKOS_INLINE_FUNCTION static std::size_t sum_bytes(const Cell& cell) {
+    return sizeof(Acc) * std::size_t(cell.params_per_group());
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const int b = team.league_rank() / groups, g = team.league_rank() % groups, inputs = cell.inputs_per_group();
+    Acc* staged = static_cast<Acc*>(team.team_scratch(0).get_shmem(state_bytes(cell, d)));
+    Acc* sums = static_cast<Acc*>(team.team_scratch(sums_in_level1 ? 1 : 0).get_shmem(sum_bytes(cell)));
+    Acc *previous = staged + cell.team_params_size(), *mu = previous + d, *carry = mu + d, *du_t = carry + d,
+        *work = du_t + inputs;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cell.params_per_group()), [&](int k) { sums[k] = Acc(0); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int i) { carry[i] = Acc(0); });
+    cell.stage_team_params(team, g, staged); // ends with a barrier
+    for (int t = steps - 1; t >= 0; --t) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int i) {
+        const int channel = g * d + i;
+        mu[i] = Acc(g_in(b, t, channel)) + carry[i];
+        previous[i] = t > 0 ? Acc(h(b, t - 1, channel)) : initial_value<Acc>(h0, b, channel);
+      });
+      team.team_barrier();
+      cell.team_vjp(team, staged, previous, [&](int k) { return Acc(u(b, t, cell.input_column(g, k))); }, mu, carry,
+                    du_t, sums, work);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, inputs), [&](int k) {
+        du(b, t, cell.input_column(g, k)) = typename DUView::value_type(du_t[k]);
+      });
+    }
+    if constexpr (!std::is_same_v<DH0View, NoGradient>)
+      if (dh0.data())
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](int i) {
+          dh0(b, g * d + i) = typename DH0View::value_type(carry[i]);
+        });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cell.params_per_group()),
+                         [&](int k) { partial(b, cell.param_index(g, k)) = sums[k]; });
+  }
+};
+
 // dL/du at every (b, t, group) and the parameter sums of each run of t; run r of batch b covers
 // steps [r * run_length, (r + 1) * run_length).
 template <class Acc, class Cell, class UView, class HView, class H0View, class MuView, class DUView, class PartialView>
@@ -181,7 +241,19 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
   const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, acc_t>(newton_backward_fn, space, config, shape);
   constexpr bool fused_adjoint = compiles(Modes, CompiledNewtonModes::fused) || compiles(Modes, CompiledNewtonModes::sequential);
   // The one-pass mode's adjoint is the newton mode's: one reverse scan (itself one pass on devices).
-  if (mode != NewtonMode::newton && mode != NewtonMode::one_pass) {
+  if (mode == NewtonMode::sequential && has_team_step<Cell>) {
+    if constexpr (compiles(Modes, CompiledNewtonModes::sequential) && has_team_step<Cell>) {
+      using team_t = SequentialTeamAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
+      partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B, cell.param_count());
+      const std::size_t state = team_t::state_bytes(cell, d), sums = team_t::sum_bytes(cell);
+      const bool sums_in_level1 = state + sums > team_policy(space, 1, 1).scratch_size_max(0);
+      auto policy = team_policy(space, B * shape.groups, team_t::team_size(d), sums_in_level1 ? state : state + sums);
+      if (sums_in_level1) policy.set_scratch_size(1, Kokkos::PerTeam(sums));
+      if (B * shape.groups > 0)
+        Kokkos::parallel_for("paraseq::newton_sequential_adjoint_teams", policy,
+                             team_t{cell, u, h, h0, g, du, partial, dh0, int(T), shape.groups, d, sums_in_level1});
+    }
+  } else if (mode != NewtonMode::newton && mode != NewtonMode::one_pass) {
     if constexpr (fused_adjoint) {
       FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
       if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;

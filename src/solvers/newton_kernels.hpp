@@ -253,6 +253,41 @@ struct SequentialRecurrence {
   }
 };
 
+// The sequential loop of a cell with a team step (cell.hpp, has_team_step): one team per (batch
+// element, group) walks t, thread j computing channel j, with the group's parameters and state in
+// team scratch. A dense head of d channels costs a thread O(d) per step rather than O(d^2), and no
+// thread holds an array of d x d values (a GPU puts those in local memory). Teams have d threads on
+// devices and one on hosts.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+struct SequentialTeamRecurrence {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Cell cell;
+  UView u;
+  HView h;
+  H0View h0;
+  int steps, groups, d;
+
+  static int team_size(int d) { return runs_on_host<ExecSpace> ? 1 : d; }
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(const Cell& cell, int d) {
+    return sizeof(Acc) * std::size_t(cell.team_params_size() + 2 * d + cell.team_work_size());
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const int b = team.league_rank() / groups, g = team.league_rank() % groups;
+    Acc* staged = static_cast<Acc*>(team.team_scratch(0).get_shmem(scratch_bytes(cell, d)));
+    Acc *current = staged + cell.team_params_size(), *next = current + d, *work = next + d;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d),
+                         [&](int i) { current[i] = initial_value<Acc>(h0, b, g * d + i); });
+    cell.stage_team_params(team, g, staged); // ends with a barrier
+    for (int t = 0; t < steps; ++t) {
+      cell.team_step(team, staged, current, [&](int k) { return Acc(u(b, t, cell.input_column(g, k))); }, next, work);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d),
+                           [&](int i) { h(b, t, g * d + i) = typename HView::value_type(next[i]); });
+      Acc* swapped = current;
+      current = next, next = swapped;
+    }
+  }
+};
+
 // Per batch element, max over (t, channels) of |F_t| = |h_t - f(h_{t-1}, u_t)|; non-finite counts
 // as +infinity so that a NaN can never pass a threshold. Teams reduce slices; a second kernel
 // takes the max of each batch element's slices.

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -63,6 +64,48 @@ TYPED_TEST(RungeKuttaGradientModes, CheckpointIntervalsAndChunksGiveTheSameBits)
   EXPECT_THAT(Call([&] { gradients(0, 64); }),
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
                                                          HasSubstr("the workspace of one trajectory"))));
+}
+
+// Shared gradients of more trajectories than one block of their sum holds (SharedGradientSum: 256
+// rows per block here), in chunks that start inside blocks: the same bits as in one chunk, and
+// within float's accuracy of the sum of one-trajectory solves.
+TYPED_TEST(RungeKuttaGradientModes, SharedGradientBlocksGiveTheSameBitsInEveryChunking) {
+  using Space = TypeParam;
+  const int N = 1100, n = 3, hidden = 4, Q = 2 * n * hidden + hidden + n, steps = 12;
+  View2<float, Space> y0("y0", N, n), y1("y1", N, n), w("w", N, n);
+  View1<float, Space> weights("weights", Q);
+  fill_uniform(y0, -1, 1, 46);
+  fill_uniform(w, -1, 1, 47);
+  fill_uniform(weights, -0.8, 0.8, 48);
+  const auto mesh = ode::FixedSteps::count(0, 0.05, steps);
+  auto gradient = [&](const View2<float, Space>& starts, const View2<float, Space>& cotangents, std::size_t workspace) {
+    View1<float, Space> weights_bar("weights_bar", Q);
+    ode::SolveOptions options;
+    options.max_gradient_workspace_bytes = workspace;
+    View2<float, Space> out("out", starts.extent(0), n);
+    ode::solve_with_gradient<fused_only>(
+        Space{}, ode::RK4{}, ode::problem(ode::Mlp{n, hidden}, starts, ode::NoView{}, weights), mesh,
+        ode::final_state(out), ode::final_state(cotangents),
+        ode::Gradients<ode::NoView, ode::NoView, decltype(weights_bar)>{{}, {}, weights_bar}, options);
+    return weights_bar;
+  };
+  const auto reference = gradient(y0, w, ample_workspace);
+  const std::size_t one = ode::gradient_workspace_bytes<float>(false, n, steps, 0, Q);
+  for (std::size_t trajectories : {300, 7}) {
+    EXPECT_TRUE(bitwise_equal(gradient(y0, w, trajectories * one), reference)) << trajectories << " per chunk";
+  }
+  // The sum of the trajectories' own gradients, each from a solve of one, added in double.
+  std::vector<double> sum(Q, 0.0);
+  for (int i = 0; i < N; ++i) {
+    const auto row = std::make_pair(i, i + 1);
+    View2<float, Space> start("start", 1, n), cotangent("cotangent", 1, n);
+    Kokkos::deep_copy(start, Kokkos::subview(y0, row, Kokkos::ALL));
+    Kokkos::deep_copy(cotangent, Kokkos::subview(w, row, Kokkos::ALL));
+    const auto part = to_host(gradient(start, cotangent, ample_workspace));
+    for (int q = 0; q < Q; ++q) sum[q] += part(q);
+  }
+  const auto total = to_host(reference);
+  for (int q = 0; q < Q; ++q) EXPECT_NEAR(total(q), sum[q], 1e-5 * (1 + std::fabs(sum[q]))) << "weight " << q;
 }
 
 // The stepped loops (one launch per step, forward and backward, the own parameters' gradients

@@ -585,34 +585,36 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
 // shares with the chunk before it), then the blocks in order. One thread per (q, block) of a
 // chunk: 2^20 trajectories with two shared coefficients take 8192 threads on a GPU, where one
 // thread per q walking every row took tens of milliseconds.
+template <class Rows, class Blocks>
+struct AddRowsToBlocks {
+  Rows rows;
+  Blocks blocks;
+  long begin, count, rows_per_block, first_block, block_count;
+  KOKKOS_INLINE_FUNCTION void operator()(long index) const {
+    const long block = first_block + index % block_count;
+    const int q = int(index / block_count);
+    const long end = Kokkos::min((block + 1) * rows_per_block, begin + count);
+    double sum = blocks(q, block);
+    for (long row = Kokkos::max(block * rows_per_block, begin); row < end; ++row) sum += double(rows(row - begin, q));
+    blocks(q, block) = sum;
+  }
+};
+
+template <class Blocks, class Total>
+struct SumBlocks {
+  Blocks blocks;
+  Total total;
+  KOKKOS_INLINE_FUNCTION void operator()(int q) const {
+    double sum = 0;
+    for (std::size_t block = 0; block < blocks.extent(1); ++block) sum += blocks(q, block);
+    total(q) = sum;
+  }
+};
+
 template <class Space>
 class SharedGradientSum {
   using Mem = typename Space::memory_space;
   using Blocks = Kokkos::View<double**, Kokkos::LayoutRight, Mem>;
-
-  template <class Rows>
-  struct AddToBlocks {
-    Rows rows;
-    Blocks blocks;
-    long begin, count, rows_per_block, first_block, block_count;
-    KOKKOS_INLINE_FUNCTION void operator()(long index) const {
-      const long block = first_block + index % block_count;
-      const int q = int(index / block_count);
-      const long end = Kokkos::min((block + 1) * rows_per_block, begin + count);
-      double sum = blocks(q, block);
-      for (long row = Kokkos::max(block * rows_per_block, begin); row < end; ++row) sum += double(rows(row - begin, q));
-      blocks(q, block) = sum;
-    }
-  };
-  struct SumBlocks {
-    Blocks blocks;
-    Kokkos::View<double*, Mem> total;
-    KOKKOS_INLINE_FUNCTION void operator()(int q) const {
-      double sum = 0;
-      for (std::size_t block = 0; block < blocks.extent(1); ++block) sum += blocks(q, block);
-      total(q) = sum;
-    }
-  };
 
 public:
   SharedGradientSum(const Space& space, long N, int Q)
@@ -633,12 +635,13 @@ public:
     const long first = begin / rows_per_block_, block_count = (begin + count - 1) / rows_per_block_ - first + 1;
     Kokkos::parallel_for("paraseq::ode::shared_gradient_blocks",
                          Kokkos::RangePolicy<Space, Kokkos::IndexType<long>>(space, 0, block_count * long(blocks_.extent(0))),
-                         AddToBlocks<Rows>{rows, blocks_, begin, count, rows_per_block_, first, block_count});
+                         AddRowsToBlocks<Rows, Blocks>{rows, blocks_, begin, count, rows_per_block_, first, block_count});
   }
 
-  void write(const Space& space, const Kokkos::View<double*, Mem>& total) const {
+  template <class Total>
+  void write(const Space& space, const Total& total) const {
     Kokkos::parallel_for("paraseq::ode::shared_gradient_sum", Kokkos::RangePolicy<Space>(space, 0, int(total.extent(0))),
-                         SumBlocks{blocks_, total});
+                         SumBlocks<Blocks, Total>{blocks_, total});
   }
 
 private:

@@ -1,7 +1,7 @@
 """What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
 the general and the compiled paths (functions and cells of your own; the compiled one's extensions
-compiled by nvcc), packed sequences (cu_seqlens) on CUDA tensors against the CPU, and ParaSLSTM's
-operator against a float64 loop.
+compiled by nvcc), packed sequences (cu_seqlens) on CUDA tensors against the CPU, ParaSLSTM's operator
+and the head GRU's team step against float64 loops.
 
 conftest.py collects this module only when cuda is among the tested devices.
 """
@@ -235,3 +235,21 @@ def test_slstm_operator_on_cuda_equals_the_loop_in_double(backend):
     got = torch.autograd.grad((state * weight.to("cuda")).sum(), [x_d, h0_d] + list(cell.parameters()))
     for g, w in zip(got, wanted):
         assert torch.allclose(g.cpu(), w, rtol=1e-9, atol=1e-11)
+
+
+# d_head 16: on CUDA the automatic mode walks t with one thread block per (batch element, head).
+@pytest.mark.parametrize("backend", ["auto", "sequential", "newton"])
+def test_head_gru_on_cuda_equals_the_loop_in_double(backend):
+    from test_newton_heads import head_cell, head_gru_loop
+
+    cell = head_cell("cuda", hidden_size=32, n_heads=2, max_iters=12, scan_backend=backend)
+    x = (torch.rand(2, 40, 5, dtype=torch.float64, device="cuda") - 0.5).requires_grad_()
+    h0 = (torch.rand(2, 32, dtype=torch.float64, device="cuda") - 0.5).requires_grad_()
+    weight = torch.randn(2, 40, 32, dtype=torch.float64, device="cuda")
+    inputs = [x, h0] + list(cell.parameters())
+    h, expected = cell(x, h0), head_gru_loop(cell, x, h0)
+    assert (h - expected).abs().max() <= 1e-10
+    got = torch.autograd.grad((h * weight).sum(), inputs)
+    wanted = torch.autograd.grad((expected * weight).sum(), inputs)
+    for g, w in zip(got, wanted):
+        assert torch.allclose(g, w, rtol=1e-8, atol=1e-10)

@@ -617,10 +617,12 @@ class SharedGradientSum {
   using Blocks = Kokkos::View<double**, Kokkos::LayoutRight, Mem>;
 
 public:
-  SharedGradientSum(const Space& space, long N, int Q)
-      : rows_per_block_(rows_per_block(N, Q)),
-        blocks_(Kokkos::view_alloc(space, "paraseq::ode::shared_gradient_blocks"), Q,
-                std::max<long>(1, (N + rows_per_block_ - 1) / rows_per_block_)) {}
+  // Allocates nothing without shared parameters (Q = 0): the loops of other fields pay nothing.
+  SharedGradientSum(const Space& space, long N, int Q) : rows_per_block_(rows_per_block(N, Q)) {
+    if (Q > 0)
+      blocks_ = Blocks(Kokkos::view_alloc(space, "paraseq::ode::shared_gradient_blocks"), Q,
+                       std::max<long>(1, (N + rows_per_block_ - 1) / rows_per_block_));
+  }
 
   // About 2^16 (q, block) pairs, of at least 256 rows each: at most max(Q, 2^16) doubles.
   static long rows_per_block(long N, int Q) {

@@ -379,7 +379,7 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
         using team_t = SequentialTeamRecurrence<Acc, ExecSpace, Cell, UView, iterate_view, H0View>;
         if (B * shape.groups > 0)
           Kokkos::parallel_for("paraseq::newton_sequential_teams",
-                               team_policy(space, B * shape.groups, team_t::team_size(d), team_t::scratch_bytes(cell, d)),
+                               team_policy(space, B * shape.groups, team_step_threads<ExecSpace>(d), team_t::scratch_bytes(cell, d)),
                                team_t{cell, u, out, h0, T, shape.groups, d});
       } else if constexpr (compiles(Modes, CompiledNewtonModes::sequential)) {
         Kokkos::parallel_for("paraseq::newton_sequential",

@@ -27,9 +27,10 @@
 //
 // Memory. Saved between forward and backward: u and h (and h0), nothing else. Peak extra memory of
 // the backward: fused, B * P * param_count values of Acc (the per-thread parameter sums, P <= 16
-// threads per group; a cell with a team step in the sequential mode, B * param_count); newton, mu (B*T*N values of h's type), runs * param_count values of Acc
-// (runs <= B * 64) and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d) values of
-// Acc for its G time chunks (0 when G = 1).
+// threads per group; a cell with a team step in the sequential mode, B * param_count); newton, mu
+// (B*T*N values of h's type), runs * param_count values of Acc (runs <= B * 64) and the ordered
+// scan's chunk buffers, at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks
+// (0 when G = 1).
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
@@ -135,7 +136,6 @@ struct SequentialTeamAdjoint {
   int steps, groups, d;
   bool sums_in_level1;
 
-  static int team_size(int d) { return runs_on_host<ExecSpace> ? 1 : d; }
   KOKKOS_INLINE_FUNCTION static std::size_t state_bytes(const Cell& cell, int d) {
     return sizeof(Acc) * std::size_t(cell.team_params_size() + 3 * d + cell.inputs_per_group() + cell.team_work_size());
   }
@@ -247,7 +247,7 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
       partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B, cell.param_count());
       const std::size_t state = team_t::state_bytes(cell, d), sums = team_t::sum_bytes(cell);
       const bool sums_in_level1 = state + sums > team_policy(space, 1, 1).scratch_size_max(0);
-      auto policy = team_policy(space, B * shape.groups, team_t::team_size(d), sums_in_level1 ? state : state + sums);
+      auto policy = team_policy(space, B * shape.groups, team_step_threads<ExecSpace>(d), sums_in_level1 ? state : state + sums);
       if (sums_in_level1) policy.set_scratch_size(1, Kokkos::PerTeam(sums));
       if (B * shape.groups > 0)
         Kokkos::parallel_for("paraseq::newton_sequential_adjoint_teams", policy,

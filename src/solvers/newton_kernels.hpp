@@ -257,7 +257,12 @@ struct SequentialRecurrence {
 // element, group) walks t, thread j computing channel j, with the group's parameters and state in
 // team scratch. A dense head of d channels costs a thread O(d) per step rather than O(d^2), and no
 // thread holds an array of d x d values (a GPU puts those in local memory). Teams have d threads on
-// devices and one on hosts.
+// devices and one on hosts (team_step_threads, also the adjoint's: newton_backward.hpp).
+template <class ExecSpace>
+int team_step_threads(int d) {
+  return runs_on_host<ExecSpace> ? 1 : d;
+}
+
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
 struct SequentialTeamRecurrence {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -267,7 +272,6 @@ struct SequentialTeamRecurrence {
   H0View h0;
   int steps, groups, d;
 
-  static int team_size(int d) { return runs_on_host<ExecSpace> ? 1 : d; }
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(const Cell& cell, int d) {
     return sizeof(Acc) * std::size_t(cell.team_params_size() + 2 * d + cell.team_work_size());
   }

@@ -135,7 +135,7 @@ function(paraseq_loop_instance out kind field_type parameters method type space 
     else()
       set(own false)
     endif()
-    set(${out} "${ode}::Report<${mem}> ${ode}::detail::gradient_pass<${ode}::${method}, ${ode}::detail::Loop::fused, ${own}, ${field_type}, ${type}, ${space}, ${stepping_type}>(${common}, const ${ode}::detail::GradientViews<${type}>&, const ${ode}::SolveOptions&, ${ode}::detail::Staging<${space}>&, const Kokkos::View<double*, ${mem}>&)" PARENT_SCOPE)
+    set(${out} "${ode}::Report<${mem}> ${ode}::detail::gradient_pass<${ode}::${method}, ${ode}::detail::Loop::fused, ${own}, ${field_type}, ${type}, ${space}, ${stepping_type}>(${common}, const ${ode}::detail::GradientViews<${type}>&, const ${ode}::SolveOptions&, ${ode}::detail::Staging<${space}>&, const Kokkos::View<double*, ${mem}>&, ${ode}::detail::WorkspaceArena*)" PARENT_SCOPE)
   endif()
 endfunction()
 

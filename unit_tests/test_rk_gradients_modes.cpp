@@ -10,6 +10,7 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <tuple>
@@ -64,6 +65,69 @@ TYPED_TEST(RungeKuttaGradientModes, CheckpointIntervalsAndChunksGiveTheSameBits)
   EXPECT_THAT(Call([&] { gradients(0, 64); }),
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.max_gradient_workspace_bytes'"),
                                                          HasSubstr("the workspace of one trajectory"))));
+}
+
+// Adaptive steps: trajectories of different step counts, whose segments are counted back from
+// each one's last step (Checkpoints in integrate_kernels.hpp). Every interval (1: every state
+// checkpointed, nothing replayed; more steps than any trajectory takes: one segment) and chunking
+// gives the same bits, observations between the ends included.
+TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheSameBits) {
+  using Space = TypeParam;
+  const int N = 12, n = 2;
+  const OscillatorBatch<double, Space> batch(N, 53);
+  View2<double, Space> y1("y1", N, n), w("w", N, n);
+  View3<double, Space> observed("observed", N, 1, n), w_obs("w_obs", N, 1, n);
+  fill_uniform(w, -1, 1, 54);
+  fill_uniform(w_obs, -1, 1, 55);
+  ode::AdaptiveSteps steps;
+  steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
+  steps.observation_times = {1.5};
+  using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
+  std::vector<int> accepted;
+  auto gradients = [&](int interval, std::size_t workspace) {
+    const Gradients g{View2<double, Space>("y0_bar", N, n), View2<double, Space>("p_bar", N, n)};
+    ode::SolveOptions options;
+    options.checkpoint_interval = interval;
+    options.max_gradient_workspace_bytes = workspace;
+    const auto report =
+        ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                                             ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs), g,
+                                             options);
+    const auto counts = to_host(report.accepted);
+    accepted.assign(counts.data(), counts.data() + N);
+    return g;
+  };
+  const auto reference = gradients(1, ample_workspace);
+  const int most = *std::max_element(accepted.begin(), accepted.end());
+  ASSERT_GT(most - *std::min_element(accepted.begin(), accepted.end()), 3) << "step counts that differ";
+  const std::size_t three = 3 * ode::gradient_workspace_bytes<double>(true, n, most, 3, 0);
+  for (auto [interval, workspace] : {std::pair{0, ample_workspace}, std::pair{3, three}, std::pair{7, ample_workspace},
+                                     std::pair{most + 5, ample_workspace}}) {
+    const auto other = gradients(interval, workspace);
+    EXPECT_TRUE(bitwise_equal(other.y0, reference.y0)) << "interval " << interval;
+    EXPECT_TRUE(bitwise_equal(other.params, reference.params)) << "interval " << interval;
+  }
+}
+
+// What the lag is for: walking back from its last step, a trajectory of any step count enters a
+// new segment (and replays it) exactly at iterations 0, k, 2k, ... of the backward loop, so a warp's
+// trajectories replay together.
+TEST(RungeKuttaCheckpointSegments, EveryStepCountReplaysAtTheSameBackwardIterations) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  for (int k : {1, 3, 7}) {
+    ode::detail::Checkpoints<double, Host> checkpoints;
+    checkpoints.interval = k;
+    checkpoints.lag = decltype(checkpoints.lag)("lag", 1);
+    for (int steps = 1; steps <= 30; ++steps) {
+      checkpoints.lag(0) = (k - steps % k) % k;
+      EXPECT_EQ(checkpoints.segment_start(true, 0, checkpoints.segment_of(true, 0, 0)), 0);
+      for (int it = 0; it < steps; ++it) {
+        const int step = steps - 1 - it;
+        const bool enters = it == 0 || checkpoints.segment_of(true, 0, step) != checkpoints.segment_of(true, 0, step + 1);
+        EXPECT_EQ(enters, it % k == 0) << "interval " << k << ", " << steps << " steps, backward iteration " << it;
+      }
+    }
+  }
 }
 
 // Shared gradients of more trajectories than one block of their sum holds (SharedGradientSum: 256

@@ -2,10 +2,14 @@
 // space's memory, counted through the Kokkos Tools allocation callback (what a memory profiler
 // sees); a larger shape allocates, a smaller one after it does not; the results are bitwise those of
 // a fresh cache; and two host threads calling at once both get the results of a sequential loop.
-// Its own executable, as the allocation callback is global to the process.
+// The scans, the Newton solver and its backward pass, and the Runge–Kutta gradients (their report
+// and mesh in the caller's SolveOptions::workspace). Its own executable, as the allocation callback
+// is global to the process.
 
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/workspace.hpp>
+#include <paraseq/loops/fields.hpp>
+#include <paraseq/loops/integrate.hpp>
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
@@ -14,6 +18,7 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -169,6 +174,88 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
         [&] { return snapshot(small.du, small.da); }, 0, 1,
         newton || one_pass ? "paraseq::newton_adjoint" : "paraseq::newton_param_partials");
   }
+}
+
+// N trajectories of two states for the built-in fields (their compiled instances), the weights of a
+// loss on the final states, the gradients, and a caller's workspace for the report and mesh.
+template <class Space>
+struct OdeCase {
+  View2<double, Space> y0, params, w, y0_bar, params_bar;
+  View1<double, Space> shared, shared_bar;
+  Kokkos::View<unsigned char*, typename Space::memory_space> workspace;
+  OdeCase(int N, int P, int Q, unsigned seed)
+      : y0("y0", N, 2), params("params", N, P), w("w", N, 2), y0_bar("y0_bar", N, 2), params_bar("params_bar", N, P),
+        shared("shared", Q), shared_bar("shared_bar", Q),
+        workspace("workspace", std::max(ode::solve_workspace_bytes<double>(N, 2, ode::FixedSteps::count(0, 0.05, 40)),
+                                        ode::solve_workspace_bytes<double>(N, 2, ode::AdaptiveSteps{}))) {
+    fill_uniform(y0, -1, 1, seed);
+    fill_uniform(params, 0.5, 2, seed + 1);
+    fill_uniform(w, -1, 1, seed + 2);
+    fill_uniform(shared, -0.5, 0.5, seed + 3);
+  }
+  ode::SolveOptions options() const {
+    ode::SolveOptions options;
+    options.workspace = {workspace.data(), workspace.size()};
+    options.checkpoint_interval = 7; // several segments, the last one short
+    return options;
+  }
+};
+
+// 40 RK4 steps of damped oscillators with their own coefficients.
+template <class Space>
+void oscillator_rk4_gradient(const OdeCase<Space>& c, const ode::SolveOptions& options) {
+  ode::solve_with_gradient<ode::CompiledModes::fused_only>(
+      Space{}, ode::RK4{}, ode::problem(ode::DampedOscillator{}, c.y0, c.params), ode::FixedSteps::count(0, 0.05, 40),
+      ode::Outputs<>{}, ode::final_state(c.w),
+      ode::Gradients<decltype(c.y0_bar), decltype(c.params_bar)>{c.y0_bar, c.params_bar}, options);
+}
+
+TYPED_TEST(Workspace, RungeKuttaGradientsAllocateOnlyWhenTheyGrow) {
+  using Space = TypeParam;
+  using Linear = ode::Linear<ode::Sharing::shared, ode::Sharing::shared>; // Q = n^2 + n shared coefficients
+  OdeCase<Space> small(5, 2, 6, 21), large(40, 2, 6, 25);
+  auto pick = [&](int size) -> OdeCase<Space>& { return size == 0 ? small : large; };
+  ode::AdaptiveSteps adaptive;
+  adaptive.t_end = 2;
+  adaptive.rtol = 1e-7;
+  adaptive.atol = 1e-9;
+  {
+    SCOPED_TRACE("RK4, the oscillators' own parameters");
+    expect_steady_state_without_allocations<Space>(
+        [&](int size) { oscillator_rk4_gradient(pick(size), pick(size).options()); },
+        [&] { return snapshot(small.y0_bar, small.params_bar); }, 0, 1, "paraseq::ode::checkpoint_y");
+  }
+  {
+    SCOPED_TRACE("adaptive Dormand-Prince, the oscillators' own parameters");
+    expect_steady_state_without_allocations<Space>(
+        [&](int size) {
+          OdeCase<Space>& c = pick(size);
+          ode::solve_with_gradient<ode::CompiledModes::fused_only>(
+              Space{}, ode::DormandPrince5{}, ode::problem(ode::DampedOscillator{}, c.y0, c.params), adaptive,
+              ode::Outputs<>{}, ode::final_state(c.w),
+              ode::Gradients<decltype(c.y0_bar), decltype(c.params_bar)>{c.y0_bar, c.params_bar}, c.options());
+        },
+        [&] { return snapshot(small.y0_bar, small.params_bar); }, 0, 1, "paraseq::ode::segment_t");
+  }
+  {
+    SCOPED_TRACE("RK4, shared parameters (their gradient's block sums)");
+    expect_steady_state_without_allocations<Space>(
+        [&](int size) {
+          OdeCase<Space>& c = pick(size);
+          ode::solve_with_gradient<ode::CompiledModes::fused_only>(
+              Space{}, ode::RK4{}, ode::problem(Linear{2}, c.y0, ode::NoView{}, c.shared), ode::FixedSteps::count(0, 0.05, 40),
+              ode::Outputs<>{},
+              ode::final_state(c.w), ode::Gradients<decltype(c.y0_bar), ode::NoView, decltype(c.shared_bar)>{c.y0_bar, {}, c.shared_bar},
+              c.options());
+        },
+        [&] { return snapshot(small.y0_bar, small.shared_bar); }, 0, 1, "paraseq::ode::shared_gradient_blocks");
+  }
+  // Without a workspace of the caller's, a call of a shape seen before allocates its report alone.
+  AllocationCounter<typename Space::memory_space> counter;
+  ode::SolveOptions options = small.options();
+  options.workspace = {};
+  oscillator_rk4_gradient(small, options);
+  EXPECT_EQ(counter.during([&] { oscillator_rk4_gradient(small, options); }), "paraseq::ode::report");
 }
 
 // The diagonal recurrence h_t = A_t h_{t-1} + b_t from h_{-1} = 0, one step after another.

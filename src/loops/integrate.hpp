@@ -16,6 +16,8 @@
 // never compile time. Zero steps (or t_end = t0) return y0 (and observations at t0). Fixed steps of
 // dt (count, until) form a uniform mesh that the kernels compute rather than load. A fused solve()
 // allocates only its report (or nothing, given SolveOptions::workspace: see solve_workspace_bytes).
+// So does solve_with_gradient: its checkpoints and adjoint state come from paraseq's workspace cache
+// (core/workspace.hpp), which a later call of the same shape or a smaller one reuses.
 //
 // Adaptive steps (Heun, BogackiShampine3, DormandPrince5, Tsit5): each trajectory has its own step
 // size and a Status. A trajectory that fails (max_steps, step_too_small, non_finite) stops; its
@@ -72,17 +74,18 @@ inline int checkpoint_interval(int requested, long steps) {
   return requested > 0 ? requested : std::max(1, int(std::ceil(std::sqrt(double(steps)))));
 }
 
-// Device bytes that solve_with_gradient allocates per trajectory for state size n, `steps` steps
+// Device bytes that solve_with_gradient uses per trajectory for state size n, `steps` steps
 // (adaptive: the most accepted steps of any trajectory), checkpoint interval k (0: the default
 // ceil(sqrt(steps))) and Q shared parameters (Q = 0 when their gradient is not asked for):
 //   carry         (2n + 3) sizeof(T) + 5 sizeof(int)
-//   checkpoints   (floor(steps / k) + 1) (n sizeof(T) [+ 3 sizeof(T) + sizeof(int) adaptive])
+//   checkpoints   (floor(steps / k) + 1) (n sizeof(T) [+ 3 sizeof(T) + sizeof(int) adaptive]) [+ sizeof(int) adaptive]
 //   segment       k (n [+ 3 adaptive]) sizeof(T)
 //   backward      n sizeof(T) + 3 sizeof(int)
 //   shared rows   Q sizeof(T)
 // Batches whose total exceeds SolveOptions::max_gradient_workspace_bytes run in chunks. With the
 // default k the checkpoints and the segment together hold about 2 sqrt(steps) states. A call with a
-// shared gradient also allocates its block sums: at most max(Q, 65536) doubles (SharedGradientSum).
+// shared gradient also uses its block sums: at most max(Q, 65536) doubles (SharedGradientSum). All
+// of it stays in the workspace cache for the next call until paraseq::release_workspace().
 template <class T>
 std::size_t gradient_workspace_bytes(bool adaptive, int n, long steps, int interval, int shared_parameters) {
   const long k = checkpoint_interval(interval, steps);
@@ -569,7 +572,7 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
     } else {
       int fixed_steps = 0;
       if constexpr (!Stepping::adaptive) fixed_steps = stepping.steps;
-      CarryViews<T, Space> carry(space, N, n);
+      CarryViews<T, Space> carry(space, N, n, false);
       report = {carry.status, carry.step, carry.rejected};
       using Kernel = Forward<Method, Field, T, C, Space, Stepping, false, true>;
       run_stepped(space, Kernel{field, n, data, stepping, carry, {}, 0, N, 0, {}}, 0, N, fixed_steps, observer);
@@ -617,11 +620,11 @@ class SharedGradientSum {
   using Blocks = Kokkos::View<double**, Kokkos::LayoutRight, Mem>;
 
 public:
-  // Allocates nothing without shared parameters (Q = 0): the loops of other fields pay nothing.
+  // The block sums start at zero in the workspace cache (nothing to take without shared parameters).
   SharedGradientSum(const Space& space, long N, int Q) : rows_per_block_(rows_per_block(N, Q)) {
     if (Q > 0)
-      blocks_ = Blocks(Kokkos::view_alloc(space, "paraseq::ode::shared_gradient_blocks"), Q,
-                       std::max<long>(1, (N + rows_per_block_ - 1) / rows_per_block_));
+      blocks_ = paraseq::detail::zeroed_workspace_view<Blocks>(space, "paraseq::ode::shared_gradient_blocks", Q,
+                                                              std::max<long>(1, (N + rows_per_block_ - 1) / rows_per_block_));
   }
 
   // About 2^16 (q, block) pairs, of at least 256 rows each: at most max(Q, 2^16) doubles.
@@ -651,6 +654,18 @@ private:
   Blocks blocks_;
 };
 
+// Each adaptive trajectory's lag (Checkpoints): its accepted steps of the first pass rounded up to
+// a multiple of the interval, less themselves.
+template <class Lag, class Accepted>
+struct SegmentLags {
+  Lag lag;
+  Accepted accepted;
+  int begin, interval;
+  KOKKOS_INLINE_FUNCTION void operator()(int row) const {
+    lag(row) = (interval - accepted(begin + row) % interval) % interval;
+  }
+};
+
 // to(q) = from(q), converted to to's value type.
 template <class From, class To>
 struct Convert {
@@ -663,6 +678,17 @@ template <class Space, class From, class To>
 void convert(const Space& space, const From& from, const To& to) {
   Kokkos::parallel_for("paraseq::ode::convert", Kokkos::RangePolicy<Space>(space, 0, to.extent(0)),
                        Convert<From, To>{from, to});
+}
+
+// The caller's SolveOptions::workspace for the fused loop's report and mesh, checked against
+// solve_workspace_bytes; none in the stepped mode, which allocates them.
+template <class T, class Steps>
+WorkspaceArena workspace_arena(const std::string& fn, const SolveOptions& options, long N, int n, const Steps& steps) {
+  if (!options.workspace.data || options.mode != LoopMode::fused) return {};
+  const std::size_t needed = solve_workspace_bytes<T>(N, n, steps);
+  require(options.workspace.bytes >= needed, fn, "options.workspace", std::to_string(options.workspace.bytes) + " bytes",
+          "at least solve_workspace_bytes(N, n, steps) = " + std::to_string(needed) + " bytes");
+  return WorkspaceArena(options.workspace);
 }
 
 // Checks what solve() and solve_with_gradient() share; returns n.
@@ -734,15 +760,16 @@ template <class Method, Loop L, bool OwnGradients, class Field, class T, class S
 Report<typename Space::memory_space>
 gradient_pass(const std::string& fn, const Space& space, const Field& field, int n, int N, const ForwardData<T>& data,
               const Stepping& stepping, const GradientViews<T>& gradients, const SolveOptions& options,
-              Staging<Space>& staging, const Kokkos::View<double*, typename Space::memory_space>& shared_total) {
+              Staging<Space>& staging, const Kokkos::View<double*, typename Space::memory_space>& shared_total,
+              WorkspaceArena* arena) {
   using Mem = typename Space::memory_space;
   constexpr bool adaptive = Stepping::adaptive;
   const int shared_rows = int(shared_total.extent(0));
   // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
   Report<Mem> report;
   if constexpr (adaptive)
-    report = forward_pass<Method, L>(fn, space, field, n, N, data, stepping, NoObserver{}, true, staging, nullptr);
-  else report = allocate_report(space, N);
+    report = forward_pass<Method, L>(fn, space, field, n, N, data, stepping, NoObserver{}, true, staging, arena);
+  else report = allocate_report(space, N, arena);
 
   with_capacity<Field, Space>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
@@ -755,25 +782,30 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
             "at least " + std::to_string(per_trajectory) + " bytes, the workspace of one trajectory");
     const int chunk = int(std::min<std::size_t>(std::max<long>(N, 1), options.max_gradient_workspace_bytes / per_trajectory));
 
-    CarryViews<T, Space> carry(space, chunk, n);
+    CarryViews<T, Space> carry(space, chunk, n, true);
     const SharedGradientSum<Space> shared_sum(space, N, shared_rows);
     Checkpoints<T, Space> checkpoints(space, adaptive, chunk, most_steps / interval + 1, interval, n);
-    using Layout = typename Space::array_layout;
-    BackwardData<T, Space> grads{gradients.final_bar,
-                                 gradients.observed_bar,
-                                 gradients.y0_bar,
-                                 gradients.params_bar,
-                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::shared_rows", chunk, shared_rows),
-                                 Kokkos::View<T**, Layout, Mem>("paraseq::ode::lambda", chunk, n),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_step", chunk),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_observation", chunk),
-                                 Kokkos::View<int*, Mem>("paraseq::ode::backward_segment", chunk),
-                                 gradients.parameters};
+    // The backward kernel's InitTag sets every row of these before it reads them.
+    using Grads = BackwardData<T, Space>;
+    const Grads grads{gradients.final_bar,
+                      gradients.observed_bar,
+                      gradients.y0_bar,
+                      gradients.params_bar,
+                      paraseq::detail::workspace_view<decltype(Grads::shared_bar)>(space, "paraseq::ode::shared_rows", chunk, shared_rows),
+                      paraseq::detail::workspace_view<decltype(Grads::lambda)>(space, "paraseq::ode::lambda", chunk, n),
+                      paraseq::detail::workspace_view<decltype(Grads::step)>(space, "paraseq::ode::backward_step", chunk),
+                      paraseq::detail::workspace_view<decltype(Grads::step)>(space, "paraseq::ode::backward_observation", chunk),
+                      paraseq::detail::workspace_view<decltype(Grads::step)>(space, "paraseq::ode::backward_segment", chunk),
+                      gradients.parameters};
     using ForwardKernel = Forward<Method, Field, T, C, Space, Stepping, true>;
     using BackwardKernel = Backward<Method, Field, T, C, Space, Stepping, OwnGradients>;
 
     for (int begin = 0; begin < int(N); begin += chunk) {
       const int end = std::min<int>(int(N), begin + chunk);
+      if constexpr (adaptive)
+        Kokkos::parallel_for("paraseq::ode::segment_lags", Kokkos::RangePolicy<Space>(space, 0, end - begin),
+                             SegmentLags<decltype(checkpoints.lag), decltype(report.accepted)>{
+                                 checkpoints.lag, report.accepted, begin, interval});
       run_forward<L>(space,
                      ForwardKernel{field, n, data, stepping, carry, checkpoints, begin, end, 0, report_rows<Space>(report)},
                      begin, end, most_steps, NoObserver{});
@@ -847,13 +879,7 @@ Report<typename Space::memory_space> solve(const Space& space, Method, const Pro
                       strided1<const T>(problem.shared),   strided2<T>(outputs.final_state),
                       strided3<T>(outputs.observed),       int(steps.observation_times.size()),
                       parameter_count(problem.params)};
-  WorkspaceArena arena;
-  if (options.workspace.data && options.mode == LoopMode::fused) {
-    const std::size_t needed = solve_workspace_bytes<T>(N, n, steps);
-    require(options.workspace.bytes >= needed, fn, "options.workspace", std::to_string(options.workspace.bytes) + " bytes",
-            "at least solve_workspace_bytes(N, n, steps) = " + std::to_string(needed) + " bytes");
-    arena = WorkspaceArena(options.workspace);
-  }
+  WorkspaceArena arena = workspace_arena<T>(fn, options, N, n, steps);
   Staging<Space> staging(space, &arena);
   const auto stepping = [&] {
     if constexpr (std::is_same_v<Steps, FixedSteps>) return build_mesh<T>(fn, staging, steps);
@@ -927,20 +953,22 @@ solve_with_gradient(const Space& space, Method, const Problem<Field, Y0, Params,
                       parameter_count(problem.params)};
   const GradientViews<T> gradient_views{strided2<const T>(cotangents.final_state), strided3<const T>(cotangents.observed),
                                         strided2<T>(gradients.y0), strided2<T>(gradients.params), P};
-  Staging<Space> staging(space);
+  WorkspaceArena arena = workspace_arena<T>(fn, options, N, n, steps);
+  Staging<Space> staging(space, &arena);
   const auto stepping = [&] {
     if constexpr (adaptive) return build_control<Method, T>(fn, staging, steps, n);
     else return build_mesh<T>(fn, staging, steps);
   }();
-  Kokkos::View<double*, Mem> shared_total("paraseq::ode::shared_gradient", shared_rows);
+  const auto shared_total =
+      paraseq::detail::workspace_view<Kokkos::View<double*, Mem>>(space, "paraseq::ode::shared_gradient", shared_rows);
   Report<Mem> report;
   if constexpr (Modes == CompiledModes::all)
     if (options.mode == LoopMode::stepped)
       report = gradient_pass<Method, Loop::stepped, own_gradients>(fn, space, problem.field, n, int(N), data, stepping,
-                                                                   gradient_views, options, staging, shared_total);
+                                                                   gradient_views, options, staging, shared_total, &arena);
   if (Modes == CompiledModes::fused_only || options.mode == LoopMode::fused)
     report = gradient_pass<Method, Loop::fused, own_gradients>(fn, space, problem.field, n, int(N), data, stepping,
-                                                             gradient_views, options, staging, shared_total);
+                                                             gradient_views, options, staging, shared_total, &arena);
   if constexpr (is_given_v<SharedBar>) convert(space, shared_total, gradients.shared);
   summarize(fn, space, report, true, &staging);
   return report;

@@ -20,6 +20,7 @@
 // step (y_next = y + h sum b_i K_i), so checking at the stops gives the same status as checking
 // after every step.
 
+#include <paraseq/core/workspace.hpp>
 #include <paraseq/loops/field.hpp>
 #include <paraseq/loops/options.hpp>
 #include <paraseq/loops/rk_step.hpp>
@@ -72,6 +73,15 @@ struct Carry {
   int flags;
 };
 
+// A temporary View of type V: from this call site's cached buffer (core/workspace.hpp), so that
+// repeated calls of one shape allocate nothing, or allocated for this call alone. The gradient's
+// passes take the cache; the stepped solve() allocates, as its observer may call paraseq again.
+template <class V, class Space, class... Extents>
+V temporary(const Space& space, bool cached, const char* label, Extents... extents) {
+  if (cached) return paraseq::detail::workspace_view<V>(space, label, extents...);
+  return V(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label)), extents...);
+}
+
 template <class T, class Space>
 struct CarryViews {
   using Layout = typename Space::array_layout;
@@ -81,17 +91,17 @@ struct CarryViews {
   Kokkos::View<int*, Mem> step, rejected, next_observation, status, flags;
 
   CarryViews() = default;
-  CarryViews(const Space& space, int count, int n)
-      : y(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_y"), count, n),
-        k_first(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_k"), count, n),
-        t(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_t"), count),
-        h(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_h"), count),
-        log_err_prev(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_err"), count),
-        step(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_step"), count),
-        rejected(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_rejected"), count),
-        next_observation(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_obs"), count),
-        status(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_status"), count),
-        flags(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "paraseq::ode::carry_flags"), count) {}
+  CarryViews(const Space& space, int count, int n, bool cached)
+      : y(temporary<decltype(y)>(space, cached, "paraseq::ode::carry_y", count, n)),
+        k_first(temporary<decltype(k_first)>(space, cached, "paraseq::ode::carry_k", count, n)),
+        t(temporary<decltype(t)>(space, cached, "paraseq::ode::carry_t", count)),
+        h(temporary<decltype(h)>(space, cached, "paraseq::ode::carry_h", count)),
+        log_err_prev(temporary<decltype(log_err_prev)>(space, cached, "paraseq::ode::carry_err", count)),
+        step(temporary<decltype(step)>(space, cached, "paraseq::ode::carry_step", count)),
+        rejected(temporary<decltype(rejected)>(space, cached, "paraseq::ode::carry_rejected", count)),
+        next_observation(temporary<decltype(next_observation)>(space, cached, "paraseq::ode::carry_obs", count)),
+        status(temporary<decltype(status)>(space, cached, "paraseq::ode::carry_status", count)),
+        flags(temporary<decltype(flags)>(space, cached, "paraseq::ode::carry_flags", count)) {}
 
   static constexpr std::size_t bytes_per_trajectory(int n) { return (2 * n + 3) * sizeof(T) + 5 * sizeof(int); }
 
@@ -277,7 +287,12 @@ KOKKOS_INLINE_FUNCTION T first_step_size(const Rk& rk, const Control& ctl, const
   return Kokkos::isfinite(h) && h > T(0) ? h : span;
 }
 
-// Checkpoints of the carry, one per `interval` steps, and the segment buffer of the backward pass.
+// Checkpoints of the carry, one per segment of `interval` steps, and the segment buffer of the
+// backward pass. Adaptive trajectories take different step counts, and the backward loop walks
+// each back from its last step: so each one's segments end at its last step (segment k starts at
+// step k interval - lag, lag = its step count rounded up to a multiple of the interval, minus the
+// count; segment 0 is the shorter one), and the trajectories of a warp replay their segments in the
+// same iterations of that loop, not each in its own while the others wait.
 template <class T, class Space>
 struct Checkpoints {
   using Layout = typename Space::array_layout;
@@ -285,34 +300,47 @@ struct Checkpoints {
   Kokkos::View<T***, Layout, Mem> y;                      // [chunk, count, n]
   Kokkos::View<T**, Layout, Mem> t, h, log_err_prev;      // adaptive: [chunk, count]
   Kokkos::View<int**, Layout, Mem> flags;                 // adaptive: [chunk, count]
+  Kokkos::View<int*, Mem> lag;                            // adaptive: [chunk]
   Kokkos::View<T***, Layout, Mem> segment_y;              // [chunk, interval, n]
   Kokkos::View<T**, Layout, Mem> segment_t, segment_h, segment_t_next; // adaptive: [chunk, interval]
   int interval = 1;
 
   Checkpoints() = default;
+  // From the workspace cache: a gradient call of a shape seen before allocates nothing.
   Checkpoints(const Space& space, bool adaptive, int chunk, int count, int interval_, int n) : interval(interval_) {
     const int scalars = adaptive ? chunk : 0;
-    auto alloc = [&](const std::string& label) { return Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label); };
-    y = decltype(y)(alloc("paraseq::ode::checkpoint_y"), chunk, count, n);
-    t = decltype(t)(alloc("paraseq::ode::checkpoint_t"), scalars, count);
-    h = decltype(h)(alloc("paraseq::ode::checkpoint_h"), scalars, count);
-    log_err_prev = decltype(log_err_prev)(alloc("paraseq::ode::checkpoint_err"), scalars, count);
-    flags = decltype(flags)(alloc("paraseq::ode::checkpoint_flags"), scalars, count);
-    segment_y = decltype(segment_y)(alloc("paraseq::ode::segment_y"), chunk, interval, n);
-    segment_t = decltype(segment_t)(alloc("paraseq::ode::segment_t"), scalars, interval);
-    segment_h = decltype(segment_h)(alloc("paraseq::ode::segment_h"), scalars, interval);
-    segment_t_next = decltype(segment_t_next)(alloc("paraseq::ode::segment_t_next"), scalars, interval);
+    auto cached = [&]<class V>(V& view, const char* label, auto... extents) {
+      view = paraseq::detail::workspace_view<V>(space, label, extents...);
+    };
+    cached(y, "paraseq::ode::checkpoint_y", chunk, count, n);
+    cached(t, "paraseq::ode::checkpoint_t", scalars, count);
+    cached(h, "paraseq::ode::checkpoint_h", scalars, count);
+    cached(log_err_prev, "paraseq::ode::checkpoint_err", scalars, count);
+    cached(flags, "paraseq::ode::checkpoint_flags", scalars, count);
+    cached(lag, "paraseq::ode::checkpoint_lag", scalars);
+    cached(segment_y, "paraseq::ode::segment_y", chunk, interval, n);
+    cached(segment_t, "paraseq::ode::segment_t", scalars, interval);
+    cached(segment_h, "paraseq::ode::segment_h", scalars, interval);
+    cached(segment_t_next, "paraseq::ode::segment_t_next", scalars, interval);
   }
 
   // Device bytes per trajectory for `count` checkpoints and a segment of `interval` steps.
   static constexpr std::size_t bytes_per_trajectory(bool adaptive, long count, long interval, int n) {
     return std::size_t(count) * (n * sizeof(T) + (adaptive ? 3 * sizeof(T) + sizeof(int) : 0)) +
-           std::size_t(interval) * (n + (adaptive ? 3 : 0)) * sizeof(T);
+           std::size_t(interval) * (n + (adaptive ? 3 : 0)) * sizeof(T) + (adaptive ? sizeof(int) : 0);
+  }
+
+  // The segment of row i's step, and the first step of its segment k.
+  KOKKOS_INLINE_FUNCTION int segment_of(bool adaptive, int i, int step) const {
+    return (step + (adaptive ? lag(i) : 0)) / interval;
+  }
+  KOKKOS_INLINE_FUNCTION int segment_start(bool adaptive, int i, int k) const {
+    return Kokkos::max(0, k * interval - (adaptive ? lag(i) : 0));
   }
 
   template <int C>
   KOKKOS_INLINE_FUNCTION void save(bool adaptive, int i, int n, const Carry<T, C>& c) const {
-    const int k = c.step / interval;
+    const int k = segment_of(adaptive, i, c.step);
     for (int j = 0; j < n; ++j) y(i, k, j) = c.y[j];
     if (adaptive) {
       t(i, k) = c.t, h(i, k) = c.h, log_err_prev(i, k) = c.log_err_prev;
@@ -324,7 +352,7 @@ struct Checkpoints {
   KOKKOS_INLINE_FUNCTION void restore(bool adaptive, int i, int k, int n, Carry<T, C>& c) const {
     for (int j = 0; j < n; ++j) c.y[j] = y(i, k, j);
     c.next_observation = 0;
-    c.step = k * interval;
+    c.step = segment_start(adaptive, i, k);
     c.rejected = 0;
     c.status = status_running;
     c.flags = 0;
@@ -408,9 +436,13 @@ struct Forward {
       for (int k = 0; k < size(); ++k) data.final_state(traj, k) = failed ? Kokkos::Experimental::quiet_NaN_v<T> : c.y[k];
   }
 
+  // Saves the carry of a step that starts a segment.
   KOKKOS_INLINE_FUNCTION void checkpoint(int row, const C& c) const {
-    if constexpr (Checkpointing)
-      if (c.step % checkpoints.interval == 0) checkpoints.save(Stepping::adaptive, row, size(), c);
+    if constexpr (Checkpointing) {
+      constexpr bool adaptive = Stepping::adaptive;
+      if (c.step == checkpoints.segment_start(adaptive, row, checkpoints.segment_of(adaptive, row, c.step)))
+        checkpoints.save(adaptive, row, size(), c);
+    }
   }
 
   // The carry of a trajectory at t0: observations at t0 written, k_first (FSAL or adaptive) and the
@@ -665,7 +697,7 @@ struct Backward {
   KOKKOS_INLINE_FUNCTION void replay(const Rk& rk, int row, int k, int total_steps) const {
     C c;
     checkpoints.restore(Stepping::adaptive, row, k, size(), c);
-    const int count = Kokkos::min(checkpoints.interval, total_steps - k * checkpoints.interval);
+    const int count = Kokkos::min(checkpoints.segment_start(Stepping::adaptive, row, k + 1), total_steps) - c.step;
     int recorded = 0;
     while (recorded < count) {
       if constexpr (Stepping::adaptive) {
@@ -721,7 +753,8 @@ struct Backward {
     typename Rk::Stages K, K_bar;
 
     for (int it = 0; it < iterations && m > 0; ++it, --m) {
-      const int step = m - 1, k = step / checkpoints.interval, slot = step - k * checkpoints.interval;
+      const int step = m - 1, k = checkpoints.segment_of(Stepping::adaptive, row, step);
+      const int slot = step - checkpoints.segment_start(Stepping::adaptive, row, k);
       if (k != loaded) {
         replay(rk, row, k, total_steps);
         loaded = k;

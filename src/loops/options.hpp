@@ -153,10 +153,11 @@ enum class OnFailure {
 };
 
 // Device memory from the caller (for example a framework's caching allocator) for the temporaries
-// of one solve() call: the report and the mesh or controller data. `data` must be reachable from
-// the call's execution space and hold at least solve_workspace_bytes<T>(N, n, steps) bytes (any
-// alignment; solve() aligns its pieces). The returned Report's Views then point into it and stay
-// valid while it does. nullptr: solve() allocates them itself.
+// of one solve() or solve_with_gradient() call: the report and the mesh or controller data. `data`
+// must be reachable from the call's execution space and hold at least
+// solve_workspace_bytes<T>(N, n, steps) bytes (any alignment; the call aligns its pieces). The
+// returned Report's Views then point into it and stay valid while it does. nullptr: the call
+// allocates them itself.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
@@ -172,8 +173,9 @@ struct SolveOptions {
   int checkpoint_interval = 0;
   // Gradients: the batch is processed in chunks whose workspace stays below this many bytes.
   std::size_t max_gradient_workspace_bytes = std::size_t(1) << 30;
-  // solve() with LoopMode::fused: where its temporaries go (nothing is allocated when given).
-  // LoopMode::stepped still allocates its carries, and solve_with_gradient() ignores it.
+  // LoopMode::fused: where the report and mesh go (solve() then allocates nothing, and neither does
+  // solve_with_gradient(), whose larger temporaries come from the workspace cache). LoopMode::stepped
+  // ignores it and allocates its carries.
   Workspace workspace;
 };
 

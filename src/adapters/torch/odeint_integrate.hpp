@@ -49,6 +49,16 @@ void with_problem(const char* op, const OdeintArgs& args, const std::vector<doub
   });
 }
 
+// A call's report and mesh (or tolerances) in a byte tensor from PyTorch's allocator, which caches
+// device blocks: no device allocation or release per call. The tensor must outlive the call.
+template <class T, class Steps>
+at::Tensor solve_workspace(const OdeintTensors& tensors, const Steps& steps, ode::SolveOptions& options) {
+  at::Tensor workspace = at::empty({long(ode::solve_workspace_bytes<T>(tensors.y0.size(0), int(tensors.y0.size(1)), steps))},
+                                   tensors.y0.options().dtype(at::kByte));
+  options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
+  return workspace;
+}
+
 // The forward work for one field, method, compute type T and execution space: tensors.observed
 // [N, len(t), n] from tensors.y0 and the parameters. Generated extensions (python/paraseq/
 // _compiled_odeint.py) instantiate it for their field alone.
@@ -56,13 +66,8 @@ template <class T, class Method, bool SharedParameters, class Space, class Field
 void integrate_field(const char* op, const OdeintArgs& args, const std::vector<double>& times,
                      const OdeintTensors& tensors, const Space& space, const Field& field) {
   with_problem<T, Method, SharedParameters, Space>(op, args, times, tensors, field, [&](auto method, const auto& steps, const auto& problem) {
-    // The call's temporaries (report, mesh or tolerances) come from PyTorch's allocator, which
-    // caches device blocks: no device allocation or release per call.
-    const at::Tensor workspace =
-        at::empty({long(ode::solve_workspace_bytes<T>(tensors.y0.size(0), int(tensors.y0.size(1)), steps))},
-                  tensors.y0.options().dtype(at::kByte));
     ode::SolveOptions options;
-    options.workspace = {workspace.data_ptr(), std::size_t(workspace.numel())};
+    const at::Tensor workspace = solve_workspace<T>(tensors, steps, options);
     translate_errors([&] {
       ode::solve<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
     });
@@ -77,15 +82,19 @@ void integrate_field_adjoint(const char* op, const OdeintArgs& args, const std::
   with_problem<T, Method, SharedParameters, Space>(op, args, times, tensors, field, [&](auto method, const auto& steps, const auto& problem) {
     const auto cotangents = ode::observed(as_view<const T, 3, Space>(tensors.grad_y));
     const auto y0_bar = as_view<T, 2, Space>(tensors.grad_y0);
+    // The checkpoints and adjoint state come from paraseq's workspace cache (docs/memory.md).
+    ode::SolveOptions options;
+    const at::Tensor workspace = solve_workspace<T>(tensors, steps, options);
     translate_errors([&] {
       if constexpr (SharedParameters) {
         const auto shared_bar = as_view<T, 1, Space>(tensors.grad_shared);
         ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
-                                 ode::Gradients<decltype(y0_bar), ode::NoView, decltype(shared_bar)>{y0_bar, {}, shared_bar});
+                                 ode::Gradients<decltype(y0_bar), ode::NoView, decltype(shared_bar)>{y0_bar, {}, shared_bar},
+                                 options);
       } else {
         const auto params_bar = as_view<T, 2, Space>(tensors.grad_params);
         ode::solve_with_gradient<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::Outputs<>{}, cotangents,
-                                 ode::Gradients<decltype(y0_bar), decltype(params_bar)>{y0_bar, params_bar});
+                                 ode::Gradients<decltype(y0_bar), decltype(params_bar)>{y0_bar, params_bar}, options);
       }
     });
   });

@@ -17,6 +17,15 @@ using paraseq::bench::Space;
 void rk4_fixed(benchmark::State& state) { run_method<ode::RK4>(state); }
 PARASEQ_BENCHMARK(rk4_fixed)->Apply(grid);
 
+// The RK4 gradient of the oscillators over 1000 steps against its checkpoint interval k (the
+// default is ceil(sqrt(1000)) = 32): the backward pass replays k steps at a time into a buffer of k
+// states per trajectory, which a GPU's L2 cache holds only while the resident trajectories' k states
+// fit, and the forward pass writes steps / k checkpoints.
+void rk4_gradient_interval(benchmark::State& state) { run_method<ode::RK4>(state, int(state.range(5))); }
+PARASEQ_BENCHMARK(rk4_gradient_interval)
+    ->ArgNames({"log2N", "n", "steps", "gradient", "stepped", "interval"})
+    ->ArgsProduct({{16, 20}, {2}, {1000}, {1}, {0}, {4, 8, 16, 32, 64}});
+
 #ifdef PARASEQ_HAVE_KOKKOSKERNELS
 // paraseq (impl 0) against KokkosODE (impl 1) on double-precision oscillators: fixed RK4 (method 0)
 // and adaptive Dormand–Prince (method 1, RKDP in KokkosODE) at rtol 1e-6, atol 1e-8. paraseq's

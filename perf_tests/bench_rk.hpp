@@ -29,13 +29,14 @@ using View2 = Kokkos::View<float**, memory>;
 
 inline constexpr double dt = 0.01;
 
-// Parameters of the benchmark's arguments.
+// Parameters of the benchmark's arguments; checkpoint_interval 0 is the default ceil(sqrt(steps)).
 struct Case {
   int N, n, steps;
   bool gradient, stepped;
-  explicit Case(const benchmark::State& state)
+  int checkpoint_interval;
+  Case(const benchmark::State& state, int checkpoint_interval_)
       : N(1 << state.range(0)), n(int(state.range(1))), steps(int(state.range(2))), gradient(state.range(3) != 0),
-        stepped(state.range(4) != 0) {}
+        stepped(state.range(4) != 0), checkpoint_interval(checkpoint_interval_) {}
 };
 
 // Accepted and rejected steps of all trajectories.
@@ -68,6 +69,7 @@ void run_case(benchmark::State& state, const Case& c, const Problem& problem, do
   Kokkos::fill_random(cotangent, pool, -1.0f, 1.0f);
   ode::SolveOptions options;
   options.mode = c.stepped ? ode::LoopMode::stepped : ode::LoopMode::fused;
+  options.checkpoint_interval = c.checkpoint_interval;
   constexpr bool adaptive = ode::is_adaptive_method_v<Method>;
   const auto steps = [&] {
     if constexpr (adaptive) {
@@ -97,8 +99,8 @@ void run_case(benchmark::State& state, const Case& c, const Problem& problem, do
 }
 
 template <class Method>
-void run_method(benchmark::State& state) {
-  const Case c(state);
+void run_method(benchmark::State& state, int checkpoint_interval = 0) {
+  const Case c(state, checkpoint_interval);
   Kokkos::Random_XorShift64_Pool<Space> pool(3);
   View2 y0("y0", c.N, c.n);
   Kokkos::fill_random(y0, pool, -1.0f, 1.0f);

@@ -19,7 +19,7 @@
 # (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
 # here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
 # (torch.compile's cold compiles, torchdiffeq, torchode), unless PARASEQ_COMPARE_ODE=0; with
-# PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape (below); bench-heads.json and
+# PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape and the RK4 gradient (below); bench-heads.json and
 # bench.json from the target benchmarks on the idle host; last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
@@ -146,12 +146,20 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
       --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
+  # The RK4 gradient of 2^20 oscillators (1000 steps): its checkpointing forward loop, the backward
+  # loop's init and the backward loop itself, as ncu-rk4-gradient.csv.
+  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+    --kernel-name 'regex:ode::detail::(Forward|Backward)<' --launch-count 6 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
+    --benchmark_filter='^rk4_fixed/log2N:20/n:2/steps:1000/gradient:1/stepped:0/' --benchmark_min_time=1x \
+    >"$out/ncu-rk4-gradient.csv" 2>"$out/ncu-rk4-gradient.log" || echo "ncu: exit status $?" >>"$out/ncu-rk4-gradient.log"
 fi
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
+targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true

@@ -250,6 +250,12 @@ TYPED_TEST(Workspace, RungeKuttaGradientsAllocateOnlyWhenTheyGrow) {
         },
         [&] { return snapshot(small.y0_bar, small.shared_bar); }, 0, 1, "paraseq::ode::shared_gradient_blocks");
   }
+  // What the cache holds after the last case (the small batch, since the helper released the larger
+  // one's): at least the bytes per trajectory that gradient_workspace_bytes gives for 40 steps, k = 7
+  // and Q = 6 shared coefficients; nothing after a release.
+  EXPECT_GE(workspace_bytes(), std::size_t(5) * ode::gradient_workspace_bytes<double>(false, 2, 40, 7, 6));
+  release_workspace();
+  EXPECT_EQ(workspace_bytes(), 0u);
   // Without a workspace of the caller's, a call of a shape seen before allocates its report alone.
   AllocationCounter<typename Space::memory_space> counter;
   ode::SolveOptions options = small.options();

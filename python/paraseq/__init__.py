@@ -10,10 +10,12 @@ your own (the general path, PyTorch around these operators): see docs/migration.
 from . import fields
 from ._extension_build import CompilingWarning
 from ._library import LIBRARY_PATH
+from .memory import release_workspace, workspace_bytes
 from .newton import (NewtonConfig, NewtonDivergenceError, NewtonStats, ParaGRU, ParaLSTM, ParaSLSTM,
                      compile_safe_config, newton_apply)
 from .odeint import odeint
 from .scan import linear_scan
 
 __all__ = ["CompilingWarning", "LIBRARY_PATH", "NewtonConfig", "NewtonDivergenceError", "NewtonStats", "ParaGRU", "ParaLSTM",
-           "ParaSLSTM", "compile_safe_config", "fields", "linear_scan", "newton_apply", "odeint"]
+           "ParaSLSTM", "compile_safe_config", "fields", "linear_scan", "newton_apply", "odeint", "release_workspace",
+           "workspace_bytes"]

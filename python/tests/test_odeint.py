@@ -292,3 +292,32 @@ def test_dynamic_shapes_compile_once_with_gradients(device):
             eager = torch.autograd.grad(odeint(fields.DampedOscillator(k, 0.2), y0, t, method="rk4").square().sum(),
                                         (y0, k))
             torch.testing.assert_close(compiled, eager)
+
+
+# ---- memory: the gradient's cached temporaries -------------------------------------------------------
+
+def test_workspace_bytes_counts_the_gradient_checkpoints_and_release_workspace_frees_them(device):
+    """odeint's backward keeps its carries, checkpoints and adjoint state in paraseq's cache for the next call
+    (docs/memory.md): workspace_bytes() holds at least the bytes gradient_workspace_bytes gives for the batch,
+    release_workspace() frees them, and the gradients after the release are bitwise the same."""
+    import paraseq
+    N, steps = 64, 100
+    k = torch.linspace(1, 3, N, dtype=DOUBLE, device=device)
+    y0 = torch.randn(N, 2, dtype=DOUBLE, device=device, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=DOUBLE, device=device)
+
+    def gradient():
+        y = odeint(fields.DampedOscillator(k, 0.2), y0, t, method="rk4", step_size=1.0 / steps)
+        return torch.autograd.grad(y[-1].square().sum(), y0)[0]
+
+    paraseq.release_workspace()
+    assert paraseq.workspace_bytes() == 0
+    first = gradient()
+    # Per trajectory (loops/integrate.hpp, gradient_workspace_bytes with k = ceil(sqrt(100)) = 10):
+    # carry (2n + 3) 8 + 5 * 4, 11 checkpoints of n doubles, a segment of 10 states, the adjoint n 8 + 3 * 4.
+    per_trajectory = (2 * 2 + 3) * 8 + 5 * 4 + 11 * 2 * 8 + 10 * 2 * 8 + 2 * 8 + 3 * 4
+    held = paraseq.workspace_bytes()
+    assert held >= N * per_trajectory
+    paraseq.release_workspace()
+    assert paraseq.workspace_bytes() == 0
+    assert torch.equal(gradient(), first)

@@ -14,7 +14,8 @@
 // buffers need nothing at the call sites. The price is one set of buffers per thread that calls.
 //
 // release_workspace() frees every buffer (fencing first); it must not run while another thread is
-// inside a paraseq call. The cache is freed before Kokkos::finalize, so that no View outlives Kokkos.
+// inside a paraseq call. workspace_bytes() says how much they hold. The cache is freed before
+// Kokkos::finalize, so that no View outlives Kokkos.
 // The PyTorch operators use this cache too, not PyTorch's caching allocator: taking the bytes from
 // at::empty instead would need the tensor kept alive until the call's kernels are done, which the
 // cache's per-site buffers give for free; so the memory it holds is outside torch's accounting.
@@ -35,14 +36,16 @@ namespace paraseq {
 
 namespace detail {
 
-// The release functions of the memory spaces' caches that were used, run by release_workspace().
-struct WorkspaceReleasers {
+// The caches of the memory spaces that were used: their release functions, which
+// release_workspace() runs, and their sizes, which workspace_bytes() adds up.
+struct WorkspaceCaches {
   std::mutex mutex;
   std::vector<std::function<void()>> releasers;
+  std::vector<std::function<std::size_t()>> sizes;
 };
 
-inline WorkspaceReleasers& workspace_releasers() {
-  static WorkspaceReleasers instance;
+inline WorkspaceCaches& workspace_caches() {
+  static WorkspaceCaches instance;
   return instance;
 }
 
@@ -59,8 +62,9 @@ public:
   static WorkspaceCache& get() {
     static WorkspaceCache* cache = [] {
       auto* created = new WorkspaceCache; // never destroyed: Kokkos may be finalized before static destructors run
-      std::lock_guard<std::mutex> lock(workspace_releasers().mutex);
-      workspace_releasers().releasers.push_back([created] { created->release(); });
+      std::lock_guard<std::mutex> lock(workspace_caches().mutex);
+      workspace_caches().releasers.push_back([created] { created->release(); });
+      workspace_caches().sizes.push_back([created] { return created->bytes(); });
       return created;
     }();
     return *cache;
@@ -84,6 +88,13 @@ public:
                                                          bytes);
     }
     return buffer.data();
+  }
+
+  std::size_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t total = 0;
+    for (const auto& entry : buffers_) total += entry.second.size();
+    return total;
   }
 
   void release() {
@@ -128,9 +139,19 @@ View zeroed_workspace_view(const Space& space, const std::string& label, Extents
 // memory space, after a fence. Call it when memory is tight; the next call allocates them again. It
 // must not run while another thread is inside a paraseq call.
 inline void release_workspace() {
-  auto& registered = detail::workspace_releasers();
-  std::lock_guard<std::mutex> lock(registered.mutex);
-  for (const auto& release : registered.releasers) release();
+  auto& caches = detail::workspace_caches();
+  std::lock_guard<std::mutex> lock(caches.mutex);
+  for (const auto& release : caches.releasers) release();
+}
+
+// The bytes that those temporaries hold now, in every memory space (what release_workspace() would
+// free): on a GPU, memory that a framework's own allocator does not count.
+inline std::size_t workspace_bytes() {
+  auto& caches = detail::workspace_caches();
+  std::lock_guard<std::mutex> lock(caches.mutex);
+  std::size_t total = 0;
+  for (const auto& size : caches.sizes) total += size();
+  return total;
 }
 
 } // namespace paraseq

@@ -78,7 +78,7 @@ inline int checkpoint_interval(int requested, long steps) {
 // (adaptive: the most accepted steps of any trajectory), checkpoint interval k (0: the default
 // ceil(sqrt(steps))) and Q shared parameters (Q = 0 when their gradient is not asked for):
 //   carry         (2n + 3) sizeof(T) + 5 sizeof(int)
-//   checkpoints   (floor(steps / k) + 1) (n sizeof(T) [+ 3 sizeof(T) + sizeof(int) adaptive]) [+ sizeof(int) adaptive]
+//   checkpoints   (floor(steps / k) + 1) (n sizeof(T) [+ 3 sizeof(T) + sizeof(int) adaptive]) [+ sizeof(int): the lag, adaptive]
 //   segment       k (n [+ 3 adaptive]) sizeof(T)
 //   backward      n sizeof(T) + 3 sizeof(int)
 //   shared rows   Q sizeof(T)

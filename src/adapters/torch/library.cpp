@@ -49,6 +49,10 @@ TORCH_LIBRARY(paraseq, m) {
         "float? step_size, float rtol, float atol, int max_steps) -> Tensor");
   // Kokkos' configuration as text, for bug reports; no tensors, so one kernel serves every device.
   m.def("kokkos_configuration() -> str", &paraseq::torch_bridge::kokkos_configuration);
+  // The bytes of paraseq's cached temporaries in every memory space, and their release (after a
+  // fence): what paraseq holds outside PyTorch's caching allocator (docs/memory.md).
+  m.def("workspace_bytes() -> int", &paraseq::torch_bridge::workspace_bytes);
+  m.def("release_workspace() -> ()", &paraseq::torch_bridge::release_workspace);
   m.def("odeint_backward(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, "
         "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y) "
         "-> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");

@@ -1,5 +1,7 @@
 #include "runtime.hpp"
 
+#include <paraseq/core/workspace.hpp>
+
 #include <ATen/core/TensorBody.h>
 #include <ATen/ops/to.h>
 #ifdef KOKKOS_ENABLE_CUDA
@@ -71,6 +73,10 @@ std::string kokkos_configuration() {
   Kokkos::print_configuration(text, false);
   return text.str();
 }
+
+int64_t workspace_bytes() { return int64_t(paraseq::workspace_bytes()); }
+
+void release_workspace() { paraseq::release_workspace(); }
 
 #ifdef KOKKOS_ENABLE_CUDA
 Kokkos::Cuda cuda_space(const char* op, const c10::Device& device) {

@@ -112,10 +112,12 @@ ctest_pid=$!
 # The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
 # compiled-path tests each compile an extension with nvcc (its units in parallel) into a cache the
 # processes share, one compile at a time. pytest-timeout's limit per test makes a hung test fail
-# with its stack, so the summary with every failure's message is printed within the overall limit.
+# with its stack; the overall limit interrupts pytest (SIGINT, as Ctrl-C), which then still prints
+# the messages of the failures so far and the short summary (-rf), before a SIGKILL 60 s later.
 if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
-    timeout "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -n 4 -p no:cacheprovider --timeout 360 "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+    timeout -s INT -k 60 "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -rf -n 4 -p no:cacheprovider --timeout 360 \
+    "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
   tail -n 3 "$out/pytest-cuda.log"
 fi
 wait $ctest_pid || true

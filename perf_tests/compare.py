@@ -713,7 +713,14 @@ class UserGRU(torch.nn.Module):
         return gru_step(self.a, h_prev, self.in_proj(x))
 
 
-def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
+def compare_user(time_ms, device, parts, gru_shape, N, steps, reps, peers):
+    if "cell" in parts:
+        yield from compare_user_cell(time_ms, device, gru_shape, reps, peers)
+    if "field" in parts:
+        yield from compare_user_field(time_ms, device, N, steps, reps, peers)
+
+
+def compare_user_cell(time_ms, device, gru_shape, reps, peers):
     B, T, H = gru_shape
     torch.manual_seed(2)
     x = torch.randn(B, T, H, device=device)
@@ -769,6 +776,8 @@ def compare_user(time_ms, device, gru_shape, N, steps, reps, peers):
         yield measure(time_ms, {**backward, "implementation": name, **tag}, user_gradients(solve), reps,
                       gradients_agree)
 
+
+def compare_user_field(time_ms, device, N, steps, reps, peers):
     # The compiled path traces func on one trajectory's row, so the coefficients are shared (0-d): a closure over
     # per-trajectory tensors [N] takes the general path.
     y0 = torch.rand(N, 2, device=device) * 2 - 1
@@ -880,6 +889,8 @@ def main():
                         help="B x T x H shapes of the ParaSLSTM comparison, comma separated")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
+    parser.add_argument("--user-parts", default="cell,field",
+                        help="the user section's comparisons, comma separated, of cell (a GRU step) and field (RK4)")
     parser.add_argument("--trajectories", type=int, default=1 << 20,
                         help="N, the ODE systems of the ode and user sections")
     parser.add_argument("--compiled-steps", type=int, default=32,
@@ -891,6 +902,9 @@ def main():
     sections = args.sections.split(",")
     if args.trajectories < 1:
         parser.error(f"--trajectories: {args.trajectories} is not a positive count")
+    user_parts = args.user_parts.split(",")
+    if not set(user_parts) <= {"cell", "field"}:
+        parser.error(f"--user-parts: {args.user_parts!r} names a part other than cell, field")
     if not set(sections) <= set(SECTIONS):
         parser.error(f"--sections: {args.sections!r} names a section other than {', '.join(SECTIONS)}")
     device, time_ms = args.device, timer(args.device)
@@ -922,7 +936,7 @@ def main():
             "packed": lambda: compare_packed(time_ms, device, packed_shapes, reps, peers),
             "slstm": lambda: compare_slstm(time_ms, device, slstm_shapes, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
-            "user": lambda: compare_user(time_ms, device, user_gru_shape, ode_N, ode_steps, reps, peers)}
+            "user": lambda: compare_user(time_ms, device, user_parts, user_gru_shape, ode_N, ode_steps, reps, peers)}
     def save():
         report["results"] = results + peers.missing
         if args.out:

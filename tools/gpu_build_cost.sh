@@ -14,18 +14,19 @@
 # unless PARASEQ_ALONE=0, the application units compiled again one at a time on the idle host);
 # ctest.log and pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose
 # compiled-path tests compile extensions with nvcc); then, so that a lease that ends early keeps
-# what the targets name: compare-gru.json, compare-scan.json, compare-user.json,
-# compare-sweep.json, compare-head.json, compare-packed.json and compare-slstm.json
-# (perf_tests/compare.py: paraseq's operators against PyTorch and the peer libraries importable
-# here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets); compare-ode.json
-# (torch.compile's cold compiles, torchdiffeq, torchode), unless PARASEQ_COMPARE_ODE=0; with
-# PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape and the RK4 gradient (below); bench-heads.json and
-# bench.json from the target benchmarks on the idle host; last extension-compile.json
+# what the targets name, bench-heads.json and bench.json from the target benchmarks on the idle host
+# (with BASELINE_TAR, below, bench-baseline.json and bench-again.json); compare-gru.json,
+# compare-scan.json, compare-user.json, compare-sweep.json, compare-head.json, compare-packed.json and
+# compare-slstm.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
+# libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets);
+# compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
+# PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
+# one-channel scan and the RK4 gradient (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS (default 240) limits each section but gru, scan and user
-# (300 s), PARASEQ_BENCH=0 leaves the target benchmarks out, PARASEQ_EXTENSION_COMPILE=0 the first
-# use, and PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py.
+# (300 s), PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
+# GRU's), PARASEQ_EXTENSION_COMPILE=0 the first use, and PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py.
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
 # host: bench-baseline.json, then bench-again.json.
@@ -124,6 +125,36 @@ wait $ctest_pid || true
 tail -n 4 "$out/ctest.log"
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 
+# The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
+targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
+targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
+targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
+bench() { # build_dir report
+  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
+    --timeout 60 >"$2.log" 2>&1 || true
+}
+# With a baseline, this tree runs again after it (bench-again.json): a difference that follows the
+# order of the runs (the GPU's state after minutes of load) rather than the tree shows up as a
+# difference between bench.json and bench-again.json.
+if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
+  # The head GRU's dense heads up to 32 x 32 (forward in every mode, forward + backward in the
+  # automatic one), 15 s per case: a slow mode costs its limit, not the run (PARASEQ_BENCH_HEADS=0
+  # leaves them out).
+  [[ ${PARASEQ_BENCH_HEADS:-1} == 0 ]] || python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$build" \
+    --out "$out/bench-heads.json" --filter 'gru_heads_forward/|gru_heads_forward_backward/.*/mode:0/' --repetitions 3 \
+    --timeout 15 >"$out/bench-heads.json.log" 2>&1 || true
+  bench "$build" "$out/bench.json"
+  if [[ -n $baseline ]]; then
+    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
+      bench /tmp/build-baseline "$out/bench-baseline.json"
+      bench "$build" "$out/bench-again.json"
+    else
+      tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
+    fi
+  fi
+fi
 compare() { # section time_limit_seconds [compare.py arguments]
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
@@ -148,6 +179,12 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
       --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
+  # The diagonal scan of one channel x 2^26 (its copy-bandwidth target), one call's kernels.
+  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --launch-skip 10 --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
+    "$build/perf_tests/paraseq_benchmarks" --benchmark_filter='^scan_diagonal_forward/log2BN:0/log2T:26/sequential:0' \
+    --benchmark_min_time=5x >"$out/ncu-scan-one-channel.csv" 2>"$out/ncu-scan-one-channel.log" ||
+    echo "ncu: exit status $?" >>"$out/ncu-scan-one-channel.log"
   # The RK4 gradient of 2^20 oscillators (1000 steps): its checkpointing forward loop, the backward
   # loop's init and the backward loop itself, as ncu-rk4-gradient.csv.
   timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
@@ -155,35 +192,6 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
     --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
     --benchmark_filter='^rk4_fixed/log2N:20/n:2/steps:1000/gradient:1/stepped:0/' --benchmark_min_time=1x \
     >"$out/ncu-rk4-gradient.csv" 2>"$out/ncu-rk4-gradient.log" || echo "ncu: exit status $?" >>"$out/ncu-rk4-gradient.log"
-fi
-# The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
-targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
-targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
-targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
-bench() { # build_dir report
-  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
-    --timeout 60 >"$2.log" 2>&1 || true
-}
-# With a baseline, this tree runs again after it (bench-again.json): a difference that follows the
-# order of the runs (the GPU's state after minutes of load) rather than the tree shows up as a
-# difference between bench.json and bench-again.json.
-if [[ ${PARASEQ_BENCH:-1} != 0 ]]; then
-  # The head GRU's dense heads up to 32 x 32 (forward in every mode, forward + backward in the
-  # automatic one), 15 s per case: a slow mode costs its limit, not the run.
-  python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$build" --out "$out/bench-heads.json" \
-    --filter 'gru_heads_forward/|gru_heads_forward_backward/.*/mode:0/' --repetitions 3 --timeout 15 \
-    >"$out/bench-heads.json.log" 2>&1 || true
-  bench "$build" "$out/bench.json"
-  if [[ -n $baseline ]]; then
-    if [[ $(cat /tmp/baseline.rc) == 0 ]]; then
-      bench /tmp/build-baseline "$out/bench-baseline.json"
-      bench "$build" "$out/bench-again.json"
-    else
-      tail -n 30 /tmp/baseline.log >"$out/baseline-build-failed.log"
-    fi
-  fi
 fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.

@@ -242,6 +242,8 @@ def solve(layout, x, h0, cfg, return_stats, slices=None):
             delta = scan(layout.diagonal(A) if quasi else A, layout.to_scan(value - h).contiguous())
             h = h + cfg.omega * layout.from_scan(delta)
             iterations += 1
+    if slices is None and not torch.is_grad_enabled() and not (return_stats or check):
+        return h, None, iterations  # neither an adjoint nor the residual: no step at the solution
     h_prev = shifted(h, entering(h))  # h0 with its graph: the adjoint reaches it through step at t = 0
     step_at_solution = layout.step(h_prev, x)
     # h0 too: over ranks, group rank 0's h0 reaches the solution through other ranks' steps when

@@ -86,6 +86,37 @@ def cell_case(cell_type, device, B=2, T=24):
 CELLS = [DenseGRU, DiagonalCell, TwoSlotCell]
 
 
+class CountingCell(DiagonalCell):
+    """DiagonalCell that counts the calls of step (a jvp traces step once)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.calls = 0
+
+    def step(self, h, x):
+        self.calls += 1
+        return super().step(h, x)
+
+
+def test_general_path_evaluates_the_step_only_where_needed(device):
+    """K iterations cost K + 1 evaluations of step over all t (the first guess step(0, x), one
+    linearisation per iteration); the evaluation at the solution and its linearisation are the
+    adjoint's (and the residual's) and do not run for inference."""
+    cell = CountingCell(3, 5).to(device, torch.float64)
+    x = torch.rand(2, 16, 3, dtype=torch.float64, device=device)
+    config = compile_safe_config(3)
+    with torch.no_grad():
+        h = newton_apply(cell, x, config, compile=False)
+        assert cell.calls == 4
+        cell.calls = 0
+        _, stats = newton_apply(cell, x, config, return_stats=True, compile=False)
+        assert cell.calls == 5 and stats.residual.max() <= 1e-6
+    cell.calls = 0
+    h_trained = newton_apply(cell, x, config, compile=False)
+    assert cell.calls == 6 and h_trained.requires_grad
+    assert torch.equal(h_trained.detach(), h)
+
+
 @pytest.mark.parametrize("cell_type", CELLS)
 def test_user_cells_match_the_loop_in_double(device, cell_type):
     cell, x, h0 = cell_case(cell_type, device)

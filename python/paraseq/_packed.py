@@ -24,9 +24,10 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 # ---- cu_seqlens ----------------------------------------------------------------------------------------
 
-def check_cu_seqlens(function, cu_seqlens, data, data_name, max_seqlen=None):
+def check_cu_seqlens(function, cu_seqlens, data, data_name, max_seqlen=None, host_lengths=False):
     """Checks cu_seqlens against data ([1, T, ...]); returns it as int64, S, and the longest
-    sequence's length (None in compiled graphs, where reading it would be a graph break).
+    sequence's length (None in compiled graphs, where reading it would be a graph break); with
+    host_lengths, a fourth value: every sequence's length as a list (None in compiled graphs).
 
     The shape, dtype and device are checked on the host. The values (cu_seqlens[0] = 0,
     cu_seqlens[-1] = T, non-decreasing, and no sequence longer than max_seqlen) are read on the host
@@ -61,8 +62,13 @@ def check_cu_seqlens(function, cu_seqlens, data, data_name, max_seqlen=None):
         bound = "" if max_seqlen is None else f", with no sequence longer than max_seqlen = {max_seqlen}"
         torch._assert_async(ok, f"{function}: argument 'cu_seqlens' must start at 0, end at T = {T} (the length of "
                                 f"argument '{data_name}') and not decrease{bound}")
-        return offsets, cu_seqlens.shape[0] - 1, None
-    first, last, shortest, longest = torch.stack([offsets[0], offsets[-1], lengths.min(), lengths.max()]).tolist()
+        return (offsets, cu_seqlens.shape[0] - 1, None) + ((None,) if host_lengths else ())
+    if host_lengths:
+        host = offsets.tolist()
+        all_lengths = [end - start for start, end in zip(host, host[1:])]
+        first, last, shortest, longest = host[0], host[-1], min(all_lengths), max(all_lengths)
+    else:
+        first, last, shortest, longest = torch.stack([offsets[0], offsets[-1], lengths.min(), lengths.max()]).tolist()
     if first != 0 or last != T or shortest < 0:
         shown = cu_seqlens.tolist() if cu_seqlens.shape[0] <= 12 else \
             cu_seqlens[:6].tolist() + ["..."] + cu_seqlens[-6:].tolist()
@@ -74,7 +80,7 @@ def check_cu_seqlens(function, cu_seqlens, data, data_name, max_seqlen=None):
     if max_seqlen is not None and longest > max_seqlen:
         raise ValueError(f"{function}: argument 'max_seqlen' is {max_seqlen}, but the longest sequence of "
                          f"cu_seqlens has {longest} steps; expected max_seqlen >= {longest}")
-    return offsets, cu_seqlens.shape[0] - 1, longest
+    return (offsets, cu_seqlens.shape[0] - 1, longest) + ((all_lengths,) if host_lengths else ())
 
 
 # ---- linear_scan ---------------------------------------------------------------------------------------
@@ -141,7 +147,8 @@ def _check_packed_state(function, tensor, data, expected, layout, name="h0"):
 # ---- newton_apply --------------------------------------------------------------------------------------
 
 def newton_apply_packed(solve, cell, x, h0, cu_seqlens, max_seqlen: Optional[int], input_size, **settings):
-    """newton_apply over packed sequences: solve (newton_apply) once on the padded batch [S, T_max, ...]."""
+    """newton_apply over packed sequences: solve (newton_apply) on padded batches, one per group of
+    similar lengths in eager mode (length_groups), one [S, T_max, ...] in compiled graphs."""
     if cu_seqlens is None:
         raise ValueError(f"newton_apply: argument 'max_seqlen' is {max_seqlen!r} without cu_seqlens, expected None "
                          "(max_seqlen is the longest of the packed sequences)")
@@ -154,14 +161,20 @@ def newton_apply_packed(solve, cell, x, h0, cu_seqlens, max_seqlen: Optional[int
     if isinstance(input_size, int) and x.shape[-1] != input_size:
         raise ValueError(f"newton_apply: argument 'x' has shape {list(x.shape)}, expected [1, T, {input_size}] "
                          "([1, T, input_size] with cu_seqlens)")
-    offsets, S, longest = check_cu_seqlens("newton_apply", cu_seqlens, x, "x", max_seqlen)
+    offsets, S, longest, lengths = check_cu_seqlens("newton_apply", cu_seqlens, x, "x", max_seqlen, host_lengths=True)
+    states_given = True
     for name, state in _states(h0):
         if not isinstance(state, torch.Tensor):
+            states_given = False
             break  # the solve names what is wrong with it
         if state.dim() < 1 or state.shape[0] != S:
             raise ValueError(f"newton_apply: argument '{name}' has shape {list(state.shape)}, expected [{S}, ...] "
                              f"([S, hidden_size]: one state per sequence of cu_seqlens, S = {S})")
     T = x.shape[1]
+    if lengths is not None and T > 0 and states_given:
+        grouped = _solve_by_length(solve, cell, x, h0, offsets, lengths, settings)
+        if grouped is not None:
+            return grouped
     if max_seqlen is not None:
         longest = max_seqlen
     elif longest is None:  # compiled: the padded shape depends on the values (a graph break)
@@ -183,6 +196,78 @@ def newton_apply_packed(solve, cell, x, h0, cu_seqlens, max_seqlen: Optional[int
         states, stats = result
         return _map_states(unpad, states), stats
     return _map_states(unpad, result)
+
+
+# A group of sequences takes the next (shorter) one while its padded steps stay within 1 + GROUP_SLACK
+# of the steps it holds; the last of MOST_GROUPS groups takes the rest.
+GROUP_SLACK, MOST_GROUPS = 0.25, 4
+
+
+def length_groups(lengths):
+    """The non-empty sequences in groups for padded solves, longest first: [(members, longest)].
+    Each group pads to its own longest; a single padded batch would pad every sequence to the
+    longest of all (a long document among short ones multiplies the work)."""
+    groups = []  # [members, longest, steps]
+    for s in sorted((s for s, n in enumerate(lengths) if n > 0), key=lambda s: -lengths[s]):
+        if groups:
+            members, longest, steps = groups[-1]
+            if len(groups) == MOST_GROUPS or (len(members) + 1) * longest <= (1 + GROUP_SLACK) * (steps + lengths[s]):
+                members.append(s)
+                groups[-1][2] += lengths[s]
+                continue
+        groups.append([[s], lengths[s], lengths[s]])
+    return [(members, longest) for members, longest, _ in groups]
+
+
+def _solve_by_length(solve, cell, x, h0, offsets, lengths, settings):
+    """Eager: one padded solve per group of length_groups, the valid positions gathered back into
+    [1, T, ...] with one index_select. With return_stats the residual is per sequence ([S], 0 for
+    an empty one), the iterations the most of any group, the backend that of the group with the
+    most padded steps. None (solve once, padded) where a group diverges, so that the error names
+    the sequences as one solve does."""
+    from .newton import NewtonDivergenceError, NewtonStats  # newton imports this module
+    T, device = x.shape[1], x.device
+    rows_of_x = torch.cat([x[0], x.new_zeros((1, x.shape[2]))])  # row T: the padding's zero input
+    starts = [0]
+    for length in lengths:
+        starts.append(starts[-1] + length)
+    results, first_position, position = [], [0] * len(lengths), 0
+    residual, iterations, backend, most_steps = None, 0, None, -1
+    for members, longest in length_groups(lengths):
+        member_index = torch.tensor(members, device=device)
+        start_and_length = torch.tensor([[starts[s] for s in members], [lengths[s] for s in members]], device=device)
+        steps = torch.arange(longest, device=device)
+        valid = steps < start_and_length[1].unsqueeze(1)
+        rows = torch.where(valid, start_and_length[0].unsqueeze(1) + steps, T).flatten()
+        padded = rows_of_x.index_select(0, rows).view(len(members), longest, x.shape[2])
+        group_h0 = None if h0 is None else _map_states(lambda state: state.index_select(0, member_index), h0)
+        try:
+            result = solve(cell, padded, h0=group_h0, **settings)
+        except NewtonDivergenceError:
+            return None
+        if settings.get("return_stats"):
+            result, stats = result
+            if residual is None:
+                residual = stats.residual.new_zeros(len(lengths))
+            residual = residual.index_copy(0, member_index, stats.residual)
+            iterations = max(iterations, stats.iterations)
+            if len(members) * longest > most_steps:
+                backend, most_steps = stats.backend, len(members) * longest
+        results.append(result)
+        for row, s in enumerate(members):
+            first_position[s] = position + row * longest
+        position += len(members) * longest
+    # Packed step t is step t - offsets[s] of the sequence s that holds it (the last one starting at
+    # or before t: empty sequences start where the next one does), at first_position[s] + that.
+    t = torch.arange(T, device=device)
+    sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, len(lengths) - 1)
+    flat = torch.tensor(first_position, device=device).index_select(0, sequence) + t - offsets.index_select(0, sequence)
+    if isinstance(results[0], tuple):
+        states = tuple(torch.cat([r[i].flatten(0, 1) for r in results]).index_select(0, flat).unsqueeze(0)
+                       for i in range(len(results[0])))
+    else:
+        states = torch.cat([r.flatten(0, 1) for r in results]).index_select(0, flat).unsqueeze(0)
+    return (states, NewtonStats(residual, iterations, backend)) if settings.get("return_stats") else states
 
 
 def _states(h0):

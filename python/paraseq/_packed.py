@@ -8,9 +8,11 @@ steps, so their h0 enters nothing. No state crosses a boundary.
   forward recurrence does not carry h across the boundary, nor the reverse one lambda) and each
   sequence's h0 added to its first b. The first step of the packed sequence keeps its A and takes
   its h0 as the operator's h0, so a single sequence is the unpacked call exactly.
-* newton_apply: the sequences gathered into a padded batch [S, T_max, ...], one solve, the valid
-  positions gathered back. Padding follows each sequence's end, so the causal recurrence cannot
-  carry it into the sequence's states, and its gradient is dropped.
+* newton_apply: the sequences gathered into padded batches, one solve each, the valid positions
+  gathered back. Padding follows each sequence's end, so the causal recurrence cannot carry it
+  into the sequence's states, and its gradient is dropped. Eager mode, which reads the lengths on
+  the host for the checks, pads groups of similar length (length_groups) each to its own longest;
+  compiled graphs pad all S sequences to max_seqlen (or the longest) in one batch.
 """
 
 from __future__ import annotations

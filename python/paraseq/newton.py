@@ -796,19 +796,28 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         [cu_seqlens[s], cu_seqlens[s + 1]) of x [1, T, input_size]; equal neighbours are an empty
         sequence. Each sequence is solved independently from its own h0, [S, H] (ParaLSTM: a pair
         of [S, H]; a cell of your own: [S, H] or [S, state_slots, H]). The sequences are gathered
-        into a padded batch [S, T_max, input_size] (one index_select, padding reads a zero row),
-        solved in one call, and the valid positions gathered back into [1, T, ...]; padding follows
-        each sequence's end, so the causal recurrence cannot carry it into a sequence's states, and
-        the padding's gradient is dropped. Cost: the solve's time and memory for S x T_max steps
-        instead of T, plus a gather of x and one of the result (scatters in the backward). The
-        residual (NewtonStats, NewtonDivergenceError's batch elements) is per sequence, [S], and
-        includes its padding steps (the recurrence continued with zero input).
+        into padded batches [S_g, T_g, input_size] (one index_select each, padding reads a zero
+        row), each solved in one call, and the valid positions gathered back into [1, T, ...];
+        padding follows each sequence's end, so the causal recurrence cannot carry it into a
+        sequence's states, and the padding's gradient is dropped. In eager mode the non-empty
+        sequences form groups of similar length (longest first; a group takes the next sequence
+        while its padded steps stay within 1.25x its steps; at most 4 groups), each padded to its
+        own longest: a long document among short ones costs about its own steps, not S times
+        them. In compiled graphs (the lengths are not read on the host) one batch [S, T_max].
+        Cost: the solves' time and memory for the padded steps, plus a gather of x and one of the
+        result (scatters in the backward). The residual (NewtonStats, NewtonDivergenceError's batch
+        elements) is per sequence, [S], and includes its group's padding steps (the recurrence
+        continued with zero input); an empty sequence's is 0 in eager mode. A divergence is
+        reported from one padded batch, as in compiled graphs. With return_stats in eager mode,
+        iterations is the most of any group and backend that of the group with the most padded
+        steps. Eager and compiled results agree to rounding, not bitwise (other batches).
     max_seqlen : int, optional
         With cu_seqlens: T_max, at least the longest sequence's length (FlashAttention's
-        max_seqlen). When None it is read from cu_seqlens on the host: a device synchronisation,
-        and under torch.compile a graph break (a data-dependent shape; none with
+        max_seqlen), the padded length of compiled graphs. When None it is read from cu_seqlens on
+        the host: under torch.compile a graph break (a data-dependent shape; none with
         ``torch._dynamo.config.capture_scalar_outputs = True``); pass it to compile with
-        fullgraph=True without that read. A larger value only adds padding.
+        fullgraph=True without that read. A larger value only adds padding there. Eager mode reads
+        the lengths on the host in any case (one synchronisation, with the checks).
     process_group : torch.distributed.ProcessGroup, optional
         Sequence parallelism (docs/distributed.md): each rank of the group passes its contiguous
         slice of the time axis, x [B, T_r, input] (the ranks in group-rank order along time; T_r

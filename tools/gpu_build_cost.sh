@@ -24,8 +24,9 @@
 # one-channel scan and the RK4 gradient (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
-# sections to run, PARASEQ_COMPARE_SECONDS (default 240) limits each section but gru, scan and user
-# (300 s), PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
+# sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
+# user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
+# comparisons, PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
 # GRU's), PARASEQ_EXTENSION_COMPILE=0 the first use, and PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py.
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
@@ -162,8 +163,9 @@ compare() { # section time_limit_seconds [compare.py arguments]
 }
 for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed slstm}; do
   case $section in
-  gru) compare gru 300 --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
-  scan | user) compare "$section" 300 ;;
+  gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
+  scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ;;
+  user) compare user "${PARASEQ_COMPARE_SECONDS:-300}" --user-parts "${PARASEQ_USER_PARTS:-cell,field}" ;;
   *) compare "$section" "${PARASEQ_COMPARE_SECONDS:-240}" ;;
   esac
 done

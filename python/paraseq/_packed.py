@@ -229,18 +229,27 @@ def _solve_by_length(solve, cell, x, h0, offsets, lengths, settings):
     the sequences as one solve does."""
     from .newton import NewtonDivergenceError, NewtonStats  # newton imports this module
     T, device = x.shape[1], x.device
-    rows_of_x = torch.cat([x[0], x.new_zeros((1, x.shape[2]))])  # row T: the padding's zero input
-    starts = [0]
+    groups = length_groups(lengths)
+    # Every index the gathers need, in one upload before any solve (an upload waits for the device):
+    # per group its members, their starts and lengths; then where each sequence's first step lies
+    # in the groups' results, flattened one after the other.
+    starts, table, first_position, position = [0], [], [0] * len(lengths), 0
     for length in lengths:
         starts.append(starts[-1] + length)
-    results, first_position, position = [], [0] * len(lengths), 0
+    for members, longest in groups:
+        table += members + [starts[s] for s in members] + [lengths[s] for s in members]
+        for row, s in enumerate(members):
+            first_position[s] = position + row * longest
+        position += len(members) * longest
+    indices = torch.tensor(table + first_position, device=device)
+    rows_of_x = torch.cat([x[0], x.new_zeros((1, x.shape[2]))])  # row T: the padding's zero input
+    results, used = [], 0
     residual, iterations, backend, most_steps = None, 0, None, -1
-    for members, longest in length_groups(lengths):
-        member_index = torch.tensor(members, device=device)
-        start_and_length = torch.tensor([[starts[s] for s in members], [lengths[s] for s in members]], device=device)
+    for members, longest in groups:
+        member_index, start, length = indices[used:used + 3 * len(members)].view(3, len(members))
+        used += 3 * len(members)
         steps = torch.arange(longest, device=device)
-        valid = steps < start_and_length[1].unsqueeze(1)
-        rows = torch.where(valid, start_and_length[0].unsqueeze(1) + steps, T).flatten()
+        rows = torch.where(steps < length.unsqueeze(1), start.unsqueeze(1) + steps, T).flatten()
         padded = rows_of_x.index_select(0, rows).view(len(members), longest, x.shape[2])
         group_h0 = None if h0 is None else _map_states(lambda state: state.index_select(0, member_index), h0)
         try:
@@ -256,14 +265,11 @@ def _solve_by_length(solve, cell, x, h0, offsets, lengths, settings):
             if len(members) * longest > most_steps:
                 backend, most_steps = stats.backend, len(members) * longest
         results.append(result)
-        for row, s in enumerate(members):
-            first_position[s] = position + row * longest
-        position += len(members) * longest
     # Packed step t is step t - offsets[s] of the sequence s that holds it (the last one starting at
     # or before t: empty sequences start where the next one does), at first_position[s] + that.
     t = torch.arange(T, device=device)
     sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, len(lengths) - 1)
-    flat = torch.tensor(first_position, device=device).index_select(0, sequence) + t - offsets.index_select(0, sequence)
+    flat = indices[used:].index_select(0, sequence) + t - offsets.index_select(0, sequence)
     if isinstance(results[0], tuple):
         states = tuple(torch.cat([r[i].flatten(0, 1) for r in results]).index_select(0, flat).unsqueeze(0)
                        for i in range(len(results[0])))

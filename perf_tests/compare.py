@@ -551,8 +551,7 @@ SWEEP_BACKENDS = ("auto", "fused", "one_pass", "scan")  # paraseq's Newton backe
 def compare_sweep(time_ms, device, gru_T, gru_BH, scan_T, reps, peers):
     """ParaGRU forward (K = 3) at B = 1, H = 256 against T and at T = 4096 against (B, H); the diagonal scan of one
     channel against T. paraseq's backends and the peers' kernels on the same inputs; gru_sweep_floor entries give
-    the HBM floor (read u, write h)."""
-    results = []
+    the HBM floor (read u, write h). Entries are yielded as measured, so a time limit keeps the ones so far."""
     gru_shapes = [("gru_forward_against_T", (1, T, 256)) for T in gru_T]
     gru_shapes += [("gru_forward_against_BH", (B, 4096, H)) for B, H in gru_BH]
     for workload, (B, T, H) in gru_shapes:
@@ -565,13 +564,13 @@ def compare_sweep(time_ms, device, gru_T, gru_BH, scan_T, reps, peers):
             agrees = lambda h: {"max_abs_diff_to_paraseq_auto": max_abs_diff(h, reference)}  # noqa: E731
             for backend in SWEEP_BACKENDS:
                 solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]  # noqa: E731
-                results.append(measure(time_ms, {**entry, "implementation": f"paraseq {backend}"}, solve, reps, agrees))
+                yield measure(time_ms, {**entry, "implementation": f"paraseq {backend}"}, solve, reps, agrees)
             name = "pararnn-torch newton_gru_fused (Triton)"
             if peers.module("pararnn-torch", "pararnn", name, workload):
                 fused = lambda: torch.ops.pararnn.newton_gru_fused(u, a[0], a[1], a[2], max_iters=3, omega=1.0)  # noqa: E731
-                results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
-                                       fused, reps, agrees))
-        results.append({**entry, "implementation": "HBM floor (read u, write h)", "bytes": 16 * B * T * H})
+                yield measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
+                              fused, reps, agrees)
+        yield {**entry, "implementation": "HBM floor (read u, write h)", "bytes": 16 * B * T * H}
         del a, u, reference
     for T in scan_T:
         torch.manual_seed(2)
@@ -581,23 +580,22 @@ def compare_sweep(time_ms, device, gru_T, gru_BH, scan_T, reps, peers):
         with torch.no_grad():
             reference = paraseq.linear_scan(A, b)
             agrees = lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, reference)}  # noqa: E731
-            results.append(measure(time_ms, {**entry, "implementation": "paraseq linear_scan"},
-                                   lambda: paraseq.linear_scan(A, b), reps))
+            yield measure(time_ms, {**entry, "implementation": "paraseq linear_scan"},
+                          lambda: paraseq.linear_scan(A, b), reps)
             gates, tokens = A.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()
             for kind in ("warp", "scalar"):
                 name = f"accelerated-scan {kind}"
                 module = peers.module("accelerated-scan", f"accelerated_scan.{kind}", name, entry["workload"])
                 if module is not None:
-                    results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("accelerated-scan")},
-                                           lambda: module.scan(gates, tokens).transpose(1, 2), reps, agrees))
+                    yield measure(time_ms, {**entry, "implementation": name, **peers.tag("accelerated-scan")},
+                                  lambda: module.scan(gates, tokens).transpose(1, 2), reps, agrees)
             name = "pararnn-torch scan_diag (triton)"
             module = peers.module("pararnn-torch", "pararnn.solvers.scan", name, entry["workload"])
             if module is not None:
-                results.append(measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
-                                       lambda: module.scan_diag(A, b, backend="triton"), reps, agrees))
-        results.append({**entry, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * T})
+                yield measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
+                              lambda: module.scan_diag(A, b, backend="triton"), reps, agrees)
+        yield {**entry, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * T}
         del A, b, reference, gates, tokens
-    return results
 
 
 # --- Ensembles of ODEs: damped oscillators y'' = -k y - c y', per-trajectory k, c.

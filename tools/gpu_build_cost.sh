@@ -31,6 +31,8 @@
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
 # host: bench-baseline.json, then bench-again.json.
+# PARASEQ_OPERATORS_ONLY=1 builds the operator library alone (no ctest; with PARASEQ_BENCH=0 and
+# PARASEQ_NCU=0, which need the benchmarks), for test_cuda.py and the comparisons.
 # PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
 # has other git metadata.
 set -euo pipefail
@@ -75,7 +77,8 @@ start=$(date +%s.%N)
 # A unit that fails in either phase is reported, and the rest is still built, tested and measured.
 ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 operators=$(date +%s.%N)
-ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
+[[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 ]] ||
+  ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
 
 # The report, then the application units again, each alone on the idle host (--alone): the
@@ -109,8 +112,10 @@ if [[ -n $baseline ]]; then
 fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
 # mostly compiles, and only their outcomes are reported.
-ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
-ctest_pid=$!
+if [[ ${PARASEQ_OPERATORS_ONLY:-0} != 1 ]]; then
+  ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
+  ctest_pid=$!
+fi
 # The Python package's CUDA tests on the operators just built, in 4 processes (pytest-xdist): the
 # compiled-path tests each compile an extension with nvcc (its units in parallel) into a cache the
 # processes share, one compile at a time. pytest-timeout's limit per test makes a hung test fail
@@ -122,8 +127,10 @@ if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
     "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
   tail -n 3 "$out/pytest-cuda.log"
 fi
-wait $ctest_pid || true
-tail -n 4 "$out/ctest.log"
+if [[ -n ${ctest_pid:-} ]]; then
+  wait "$ctest_pid" || true
+  tail -n 4 "$out/ctest.log"
+fi
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.

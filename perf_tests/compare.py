@@ -504,9 +504,9 @@ def compare_packed(time_ms, device, shapes, reps, peers):
 def compare_slstm(time_ms, device, shapes, reps, peers):
     """The ParaSLSTM module (diagonal mix, input projection included), K = 3 Newton iterations, each library's
     automatic backend: paraseq's (its operator) against pararnn-torch's with the same weights, forward and forward +
-    backward (gradients of x and every parameter). K = 3 does not solve the sLSTM's recurrence to the loop's accuracy
-    (docs/solvers.md, "ParaSLSTM's convergence"): both run the same iterations, and each one's distance to the
-    sequential loop is recorded next to its time."""
+    backward (gradients of x and every parameter). Exact Newton with K = 3 does not solve the sLSTM's recurrence
+    (docs/solvers.md, "ParaSLSTM's convergence"), so paraseq's automatic backend runs the loop for this cell; each
+    library's distance to the sequential loop is recorded next to its time."""
     for B, T, H in shapes:
         torch.manual_seed(5)
         x = torch.randn(B, T, H, device=device)

@@ -261,6 +261,29 @@ TYPED_TEST(NewtonConfiguration, AutomaticModeFollowsTheDocumentedRule) {
   EXPECT_EQ(mode_for(1, 100, 1, cheap), NewtonMode::newton);
 }
 
+// ParaSLSTM declares newton_may_diverge (its exact Newton iterations diverge over long sequences:
+// docs/solvers.md): the automatic mode takes the loop on every shape and config where ParaGRU's
+// would take a parallel-in-time mode.
+TYPED_TEST(NewtonConfiguration, AutomaticModeRunsTheLoopForACellWhoseNewtonMayDiverge) {
+  using Space = TypeParam;
+  using Gru = ParaGRU<double, typename Space::memory_space>;
+  using Slstm = ParaSLSTM<double, typename Space::memory_space>;
+  using paraseq::detail::choose_newton_mode;
+  static_assert(paraseq::detail::newton_may_diverge<Slstm> && !paraseq::detail::newton_may_diverge<Gru>);
+  NewtonConfig cheap, quasi;
+  cheap.auto_work_ratio = quasi.auto_work_ratio = 0.5; // as above: Newton the better choice for ParaGRU
+  quasi.jacobian = NewtonJacobian::quasi;
+  for (const NewtonConfig& config : {cheap, quasi})
+    for (const int T_steps : {100, 5000, 65536}) {
+      EXPECT_NE((choose_newton_mode<Gru, double>(Space{}, config, ScanShape{1, T_steps, 1, 1})), NewtonMode::sequential);
+      // one channel: a group of its (c, n, m, h)
+      EXPECT_EQ((choose_newton_mode<Slstm, double>(Space{}, config, ScanShape{1, T_steps, 1, 4})), NewtonMode::sequential);
+    }
+  NewtonConfig named = cheap; // a mode the config names is run as named
+  named.mode = NewtonMode::newton;
+  EXPECT_EQ((choose_newton_mode<Slstm, double>(Space{}, named, ScanShape{1, 100, 1, 4})), NewtonMode::newton);
+}
+
 template <class Call>
 void expect_invalid(Call&& call, const std::string& argument, const std::string& expected) {
   try {

@@ -61,6 +61,12 @@
 // Every pointer is to team scratch; each function returns after a team barrier, with its outputs
 // visible to every thread of the team.
 //
+// A cell whose exact Newton iterations need not converge from the solver's first guess f(0, u_t)
+// in the few iterations a solve runs (ParaSLSTM: its stabiliser; docs/solvers.md, "ParaSLSTM's
+// convergence") declares it, and the automatic mode then runs the sequential loop, which is exact:
+//
+//     static constexpr bool newton_may_diverge = true;
+//
 // Each parameter belongs to exactly one group (param_index is one-to-one), which keeps the gradient
 // reduction free of atomics and deterministic. A cell is copied to the device by value: hold
 // parameters in Views, never in host containers, and keep every member function free of exceptions.
@@ -172,6 +178,10 @@ KOKKOS_INLINE_FUNCTION void linearize_diagonal_of(const Cell& cell, int g, int d
     for (int i = 0; i < d; ++i) J_diag[i] = J[i * (d + 1)];
   }
 }
+
+// A cell that declares newton_may_diverge (above).
+template <class Cell>
+concept newton_may_diverge = requires { requires Cell::newton_may_diverge; };
 
 // A cell with the team step above (every function is checked where it is called).
 template <class Cell>

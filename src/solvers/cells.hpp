@@ -444,6 +444,9 @@ struct ParaSLSTM {
   using param_view = Kokkos::View<const T**, Kokkos::LayoutRight, MemorySpace>;
   static constexpr int max_inputs_per_group = 4;
   static constexpr int max_params_per_group = 4;
+  // Exact Newton from f(0, u_t) diverges over long sequences (docs/solvers.md): the automatic mode
+  // runs the loop.
+  static constexpr bool newton_may_diverge = true;
 
   param_view r;      // [4, H]: r_i, r_f, r_z, r_o (on h)
   double eps = 1e-6; // h' = o c' / (n' + eps)

@@ -40,7 +40,8 @@
 //               reads its u once, keeps the iterate on chip for all K iterations and writes h once;
 //               the delta entering a window in each iteration comes from a decoupled look-back
 //               through the windows' published maps. Exact Jacobian, no Picard, no residual_atol.
-//   automatic   sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
+//   automatic   sequential for a cell that declares newton_may_diverge (cell.hpp; ParaSLSTM), and
+//               sequential if B x groups x r >= space.concurrency(), r being Newton's work per step
 //               relative to the loop (measured: 2.5 K on hosts; 1 on devices until measured; or
 //               config.auto_work_ratio); otherwise, if the config allows the fused kernels (exact
 //               Jacobian, no Picard): on a host fused if the sequence fits one window; on a device
@@ -98,6 +99,8 @@ inline bool is_fusable(const NewtonConfig& config) {
 template <class Cell, class Acc, class ExecSpace>
 NewtonMode choose_newton_mode(const ExecSpace& space, const NewtonConfig& config, const ScanShape& shape) {
   if (config.mode != NewtonMode::automatic) return config.mode;
+  // Its K iterations may leave NaN or values far off without a word (with residual_fail unset).
+  if constexpr (newton_may_diverge<Cell>) return NewtonMode::sequential;
   if (double(shape.batch) * shape.groups * newton_work_ratio<ExecSpace>(config) >= double(space.concurrency()))
     return NewtonMode::sequential;
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;

@@ -22,6 +22,7 @@ duration of a call: one function must not be integrated from two threads at once
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import sys
@@ -128,8 +129,10 @@ def _module_slots(modules):
     return slots
 
 
-def call_with(entry, t, y, tensors):
-    """func(t, y) with `tensors` in the places found_tensors took them from."""
+@contextlib.contextmanager
+def substituted(entry, tensors):
+    """func, with `tensors` in the places found_tensors took them from, until the block ends: a loop
+    that calls func many times with the same tensors substitutes them once."""
     func = entry.callable()
     if func is None or not entry.alive():
         raise RuntimeError("odeint: the function registered for this integration no longer exists (it was garbage "
@@ -160,7 +163,7 @@ def call_with(entry, t, y, tensors):
             cell.cell_contents = new
         for name, _, new in global_tensors:
             function.__globals__[name] = new
-        return func(t, y)
+        yield func
     finally:
         for store, key, value in slots:
             store[key] = value
@@ -172,6 +175,12 @@ def call_with(entry, t, y, tensors):
             function.__defaults__ = defaults
         if kwdefaults is not None:
             function.__kwdefaults__ = kwdefaults
+
+
+def call_with(entry, t, y, tensors):
+    """func(t, y) with `tensors` in the places found_tensors took them from."""
+    with substituted(entry, tensors) as func:
+        return func(t, y)
 
 
 # ---- what a trace depends on -------------------------------------------------------------------------

@@ -99,14 +99,15 @@ def dense_weights(method, theta):
 
 def _combine(y, h, K, row):
     """y + h sum_j row_j K_j over the nonzero coefficients (numbers, or tensors as dense weights),
-    in stage order."""
+    in stage order: a number is add's alpha, and h multiplies in addcmul, one operation per term."""
     terms = [(w, k) for w, k in zip(row, K) if torch.is_tensor(w) or w != 0]
     if not terms:
         return y
-    total = terms[0][0] * terms[0][1]
+    w, k = terms[0]
+    total = k if not torch.is_tensor(w) and w == 1 else w * k
     for w, k in terms[1:]:
-        total = total + w * k
-    return y + h * total
+        total = total + w * k if torch.is_tensor(w) else torch.add(total, k, alpha=w)
+    return torch.addcmul(y, h, total)
 
 
 def stages(rhs, tableau, t, h, t_next, y, k_first):
@@ -116,7 +117,7 @@ def stages(rhs, tableau, t, h, t_next, y, k_first):
     for i in range(1, len(tableau["c"])):
         Y = _combine(y, h, K, tableau["a"][i])
         c_i = tableau["c"][i]
-        K.append(rhs(t_next if c_i == 1 else t + c_i * h, Y))
+        K.append(rhs(t_next if c_i == 1 else torch.add(t, h, alpha=c_i), Y))
     y_next = Y if tableau["fsal"] else _combine(y, h, K, tableau["b"])
     return K, y_next
 
@@ -313,34 +314,35 @@ def integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, m
 
 # ---- the function as the loops call it -------------------------------------------------------------
 
-def make_rhs(token, tensors, one_trajectory):
-    """rhs(t [rows, 1], y [rows, n]) -> [rows, n] calling the registered function with `tensors`
-    (y [n] and a 0-d t for one trajectory, as torchdiffeq); checks what it returns."""
-    entry = _user_function.entry(token)
-
-    def rhs(t, y, tensors=tensors):
+def make_rhs(func, one_trajectory):
+    """rhs(t [rows, 1], y [rows, n]) -> [rows, n] calling func, the registered function with its
+    tensors substituted (_user_function.substituted), with y [n] and a 0-d t for one trajectory, as
+    torchdiffeq does; checks what it returns."""
+    def rhs(t, y):
         if one_trajectory:
-            out = _user_function.call_with(entry, t.reshape(()), y.reshape(y.shape[-1]), tensors)
+            out = func(t.reshape(()), y.reshape(y.shape[-1]))
             expected = (y.shape[-1],)
         else:
-            out = _user_function.call_with(entry, t, y, tensors)
+            out = func(t, y)
             expected = tuple(y.shape)
         if not torch.is_tensor(out) or tuple(out.shape) != expected or out.dtype != y.dtype:
             given = f"shape {list(out.shape)} and dtype {out.dtype}" if torch.is_tensor(out) else \
                 f"a {type(out).__name__}"
             raise ValueError(f"odeint: argument 'func' returned {given} from func(t, y), expected y's shape "
                              f"{list(expected)} and dtype {y.dtype}")
-        return out.reshape(y.shape)
+        return out.reshape(y.shape) if one_trajectory else out
     return rhs
 
 
 def _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured, record=None):
-    rhs = make_rhs(token, tensors, one_trajectory)
+    """The integration, with the operator's tensors in func for all of it (substituted once)."""
     times = t.tolist()
     tableau = TABLEAUS[method]
-    if step_size is None and method in ADAPTIVE:
-        return integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record)
-    return integrate_fixed(rhs, tableau, y0, times, step_size, record)
+    with _user_function.substituted(_user_function.entry(token), tensors) as func:
+        rhs = make_rhs(func, one_trajectory)
+        if step_size is None and method in ADAPTIVE:
+            return integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record)
+        return integrate_fixed(rhs, tableau, y0, times, step_size, record)
 
 
 @torch.library.custom_op("paraseq::user_odeint", mutates_args=())
@@ -361,8 +363,9 @@ def _user_odeint_fake(token, y0, t, tensors, method, step_size, rtol, atol, max_
 def _step_vjp(token, tensors, one_trajectory, tableau, t, h, t_next, y, grad_y_next, grad_stages):
     """(dL/dy, dL/dtensors) of one step from y given dL/dy_next and dL/dK_i (dense outputs)."""
     def step(y, *tensors):
-        rhs = make_rhs(token, list(tensors), one_trajectory)
-        K, y_next = stages(rhs, tableau, t, h, t_next, y, rhs(t, y))
+        with _user_function.substituted(_user_function.entry(token), list(tensors)) as func:
+            rhs = make_rhs(func, one_trajectory)
+            K, y_next = stages(rhs, tableau, t, h, t_next, y, rhs(t, y))
         return y_next, torch.stack(K)
 
     _, pullback = torch.func.vjp(step, y, *tensors)

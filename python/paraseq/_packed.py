@@ -181,23 +181,39 @@ def newton_apply_packed(solve, cell, x, h0, cu_seqlens, max_seqlen: Optional[int
         longest = max_seqlen
     elif longest is None:  # compiled: the padded shape depends on the values (a graph break)
         longest = int((offsets[1:] - offsets[:-1]).max())
-    lengths = offsets[1:] - offsets[:-1]
-    steps = torch.arange(longest, device=x.device)
-    # Padded position (s, j) reads packed row offsets[s] + j while j < length_s, else the zero row T.
-    valid = steps < lengths.unsqueeze(1)
-    rows = torch.where(valid, offsets[:-1].unsqueeze(1) + steps, T).clamp(0, T).flatten()
-    padded = torch.cat([x[0], x.new_zeros((1, x.shape[2]))]).index_select(0, rows).view(S, longest, x.shape[2])
+    padded = _padded(_rows_of(x), offsets[:-1], offsets[1:] - offsets[:-1], longest)
     result = solve(cell, padded, h0=h0, **settings)
-    # Packed step t is padded position (s, t - offsets[s]) of the sequence s that holds it: the last
-    # one starting at or before t (empty sequences start where the next one does).
-    t = torch.arange(T, device=x.device)
-    sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, S - 1)
-    flat = (sequence * longest + t - offsets.index_select(0, sequence)).clamp(0, max(S * longest - 1, 0))
-    unpad = lambda y: y.flatten(0, 1).index_select(0, flat).unsqueeze(0)
-    if settings.get("return_stats"):
-        states, stats = result
-        return _map_states(unpad, states), stats
-    return _map_states(unpad, result)
+    states, stats = result if settings.get("return_stats") else (result, None)
+    unpadded = _unpadded([states], torch.arange(S, device=x.device) * longest, offsets, T)
+    return (unpadded, stats) if settings.get("return_stats") else unpadded
+
+
+def _rows_of(x):
+    """x [1, T, input]'s rows and a zero row T after them, the padding's input."""
+    return torch.cat([x[0], x.new_zeros((1, x.shape[2]))])
+
+
+def _padded(rows_of_x, start, length, longest):
+    """The sequences (start, length: [R] on the device) as a padded batch [R, longest, input]:
+    position (r, j) reads packed row start_r + j while j < length_r, else the zero row."""
+    T = rows_of_x.shape[0] - 1
+    steps = torch.arange(longest, device=rows_of_x.device)
+    rows = torch.where(steps < length.unsqueeze(1), start.unsqueeze(1) + steps, T).clamp(0, T).flatten()
+    return rows_of_x.index_select(0, rows).view(start.shape[0], longest, rows_of_x.shape[1])
+
+
+def _unpadded(results, first_position, offsets, T):
+    """[1, T, ...] (each state of a tuple alike) from padded solves' states [R, steps, ...], their
+    rows one after the other: packed step t of the sequence s that holds it (the last one starting
+    at or before t: empty sequences start where the next one does) is row first_position[s] + t - offsets[s]."""
+    t = torch.arange(T, device=offsets.device)
+    sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, offsets.shape[0] - 2)
+    flat = first_position.index_select(0, sequence) + t - offsets.index_select(0, sequence)
+
+    def gather(*states):
+        rows = states[0].flatten(0, 1) if len(states) == 1 else torch.cat([y.flatten(0, 1) for y in states])
+        return rows.index_select(0, flat.clamp(0, max(rows.shape[0] - 1, 0))).unsqueeze(0)
+    return tuple(gather(*states) for states in zip(*results)) if isinstance(results[0], tuple) else gather(*results)
 
 
 # A group of sequences takes the next (shorter) one while its padded steps stay within 1 + GROUP_SLACK
@@ -242,18 +258,15 @@ def _solve_by_length(solve, cell, x, h0, offsets, lengths, settings):
             first_position[s] = position + row * longest
         position += len(members) * longest
     indices = torch.tensor(table + first_position, device=device)
-    rows_of_x = torch.cat([x[0], x.new_zeros((1, x.shape[2]))])  # row T: the padding's zero input
+    rows_of_x = _rows_of(x)
     results, used = [], 0
     residual, iterations, backend, most_steps = None, 0, None, -1
     for members, longest in groups:
         member_index, start, length = indices[used:used + 3 * len(members)].view(3, len(members))
         used += 3 * len(members)
-        steps = torch.arange(longest, device=device)
-        rows = torch.where(steps < length.unsqueeze(1), start.unsqueeze(1) + steps, T).flatten()
-        padded = rows_of_x.index_select(0, rows).view(len(members), longest, x.shape[2])
         group_h0 = None if h0 is None else _map_states(lambda state: state.index_select(0, member_index), h0)
         try:
-            result = solve(cell, padded, h0=group_h0, **settings)
+            result = solve(cell, _padded(rows_of_x, start, length, longest), h0=group_h0, **settings)
         except NewtonDivergenceError:
             return None
         if settings.get("return_stats"):
@@ -265,16 +278,7 @@ def _solve_by_length(solve, cell, x, h0, offsets, lengths, settings):
             if len(members) * longest > most_steps:
                 backend, most_steps = stats.backend, len(members) * longest
         results.append(result)
-    # Packed step t is step t - offsets[s] of the sequence s that holds it (the last one starting at
-    # or before t: empty sequences start where the next one does), at first_position[s] + that.
-    t = torch.arange(T, device=device)
-    sequence = (torch.searchsorted(offsets, t, right=True) - 1).clamp(0, len(lengths) - 1)
-    flat = indices[used:].index_select(0, sequence) + t - offsets.index_select(0, sequence)
-    if isinstance(results[0], tuple):
-        states = tuple(torch.cat([r[i].flatten(0, 1) for r in results]).index_select(0, flat).unsqueeze(0)
-                       for i in range(len(results[0])))
-    else:
-        states = torch.cat([r.flatten(0, 1) for r in results]).index_select(0, flat).unsqueeze(0)
+    states = _unpadded(results, indices[used:], offsets, T)
     return (states, NewtonStats(residual, iterations, backend)) if settings.get("return_stats") else states
 
 

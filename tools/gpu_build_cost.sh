@@ -21,7 +21,7 @@
 # libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets);
 # compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
 # PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
-# one-channel scan and the RK4 gradient (below); last extension-compile.json
+# one-channel scan and the RK4 gradient, and those kernels' registers (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
@@ -31,8 +31,10 @@
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
 # host: bench-baseline.json, then bench-again.json.
-# PARASEQ_OPERATORS_ONLY=1 builds the operator library alone (no ctest; with PARASEQ_BENCH=0 and
-# PARASEQ_NCU=0, which need the benchmarks), for test_cuda.py and the comparisons.
+# PARASEQ_OPERATORS_ONLY=1 builds the operator library alone (no ctest), for test_cuda.py and the
+# comparisons, and then, unless PARASEQ_BENCH=0 and PARASEQ_NCU=0, the benchmark binary beside
+# test_cuda.py (its build time is not measured). PARASEQ_BENCH_FILTER replaces the target
+# benchmarks' filter (a regular expression of benchmark names).
 # PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
 # has other git metadata.
 set -euo pipefail
@@ -110,6 +112,11 @@ if [[ -n $baseline ]]; then
     echo $? >/tmp/baseline.rc) &
   baseline_pid=$!
 fi
+# Operators only: the benchmarks, if wanted, are built beside the Python package's CUDA tests.
+if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 && (${PARASEQ_BENCH:-1} != 0 || ${PARASEQ_NCU:-0} == 1) ]]; then
+  ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks >"$out/build-benchmarks.log" 2>&1 &
+  benchmarks_pid=$!
+fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
 # mostly compiles, and only their outcomes are reported.
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} != 1 ]]; then
@@ -132,6 +139,7 @@ if [[ -n ${ctest_pid:-} ]]; then
   tail -n 4 "$out/ctest.log"
 fi
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
+[[ -z ${benchmarks_pid:-} ]] || wait "$benchmarks_pid" || grep -A20 "FAILED" "$out/build-benchmarks.log" | head -n 40
 
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
@@ -139,6 +147,7 @@ targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
 targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
+targets=${PARASEQ_BENCH_FILTER:-$targets}
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \
     --timeout 60 >"$2.log" 2>&1 || true
@@ -178,18 +187,23 @@ for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed slstm
 done
 [[ ${PARASEQ_COMPARE_ODE:-1} == 0 ]] || compare ode 240
 # With PARASEQ_NCU=1, Nsight Compute's view of the long-sequence shape (1, 65536, 256): the fused
-# (mode 2) and one-pass (mode 4) ParaGRU forward, 8 kernel launches after the first 20 (one solve
-# and more), as ncu-mode2.csv and ncu-mode4.csv. The clocks are left alone (--clock-control none).
+# (mode 2) and one-pass (mode 4) ParaGRU forward, three launches of the mode's kernel after the first
+# two (picked by the functor's name in the demangled kernel name: a count of all launches would
+# depend on how many set-up kernels a call makes), as ncu-mode2.csv and ncu-mode4.csv. The clocks
+# are left alone (--clock-control none).
 if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   for mode in 2 4; do
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --launch-skip 20 --launch-count 8 --section SpeedOfLight --section Occupancy \
+    kernel=$([[ $mode == 2 ]] && echo FusedNewton || echo OnePassNewton)
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+      --kernel-name "regex:$kernel<" --launch-skip 2 --launch-count 3 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
       "$build/perf_tests/paraseq_benchmarks" \
       --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
-  # The diagonal scan of one channel x 2^26 (its copy-bandwidth target), one call's kernels.
-  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --launch-skip 10 --launch-count 4 \
+  # The diagonal scan of one channel x 2^26 (its copy-bandwidth target): the scan's kernels.
+  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+    --kernel-name 'regex:ScanKernel<' --launch-skip 2 --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
     "$build/perf_tests/paraseq_benchmarks" --benchmark_filter='^scan_diagonal_forward/log2BN:0/log2T:26/sequential:0' \
     --benchmark_min_time=5x >"$out/ncu-scan-one-channel.csv" 2>"$out/ncu-scan-one-channel.log" ||
@@ -201,6 +215,12 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
     --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
     --benchmark_filter='^rk4_fixed/log2N:20/n:2/steps:1000/gradient:1/stepped:0/' --benchmark_min_time=1x \
     >"$out/ncu-rk4-gradient.csv" 2>"$out/ncu-rk4-gradient.log" || echo "ncu: exit status $?" >>"$out/ncu-rk4-gradient.log"
+  # Registers, stack and spills of those kernels as ptxas built them (cuobjdump's resource usage of
+  # the ETI objects that hold them), as resource-usage.txt.
+  find "$build/CMakeFiles/paraseq.dir/eti" -name '*.o' \( -name 'newton_ParaGRU_float_Cuda*' -o -name 'scan_float_Cuda*' \
+    -o -name 'odeint_*_DampedOscillator_Cuda*' \) -print0 | xargs -0 -r -n 1 cuobjdump -res-usage 2>/dev/null |
+    python3 "$repo/perf_tests/resource_usage.py" 'OnePassNewton<|FusedNewton<|ScanKernel<|ode::detail::(Forward|Backward)<' \
+    >"$out/resource-usage.txt" 2>&1 || true
 fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)
 # and cached use.

@@ -23,7 +23,7 @@
 # PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
 # one-channel scan and the RK4 gradient, and those kernels' registers (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
-# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm") names the compare.py
+# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm"; empty: none) names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
 # user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
 # comparisons, PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
@@ -177,7 +177,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-for section in ${PARASEQ_COMPARE_SECTIONS:-gru scan user sweep head packed slstm}; do
+for section in ${PARASEQ_COMPARE_SECTIONS-gru scan user sweep head packed slstm}; do
   case $section in
   gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
   scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ;;
@@ -203,7 +203,7 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   done
   # The diagonal scan of one channel x 2^26 (its copy-bandwidth target): the scan's kernels.
   timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-    --kernel-name 'regex:ScanKernel<' --launch-skip 2 --launch-count 4 \
+    --kernel-name 'regex:OrderedScan<' --launch-skip 2 --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
     "$build/perf_tests/paraseq_benchmarks" --benchmark_filter='^scan_diagonal_forward/log2BN:0/log2T:26/sequential:0' \
     --benchmark_min_time=5x >"$out/ncu-scan-one-channel.csv" 2>"$out/ncu-scan-one-channel.log" ||
@@ -217,9 +217,9 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
     >"$out/ncu-rk4-gradient.csv" 2>"$out/ncu-rk4-gradient.log" || echo "ncu: exit status $?" >>"$out/ncu-rk4-gradient.log"
   # Registers, stack and spills of those kernels as ptxas built them (cuobjdump's resource usage of
   # the ETI objects that hold them), as resource-usage.txt.
-  find "$build/CMakeFiles/paraseq.dir/eti" -name '*.o' \( -name 'newton_ParaGRU_float_Cuda*' -o -name 'scan_float_Cuda*' \
+  find "$build/CMakeFiles/paraseq.dir/eti" -name '*.o' \( -name 'newton_ParaGRU_float_Cuda*' -o -name 'scan_Diagonal_*_float_Cuda*' \
     -o -name 'odeint_*_DampedOscillator_Cuda*' \) -print0 | xargs -0 -r -n 1 cuobjdump -res-usage 2>/dev/null |
-    python3 "$repo/perf_tests/resource_usage.py" 'OnePassNewton<|FusedNewton<|ScanKernel<|ode::detail::(Forward|Backward)<' \
+    python3 "$repo/perf_tests/resource_usage.py" 'OnePassNewton<|FusedNewton<|OrderedScan<paraseq::Diagonal|ode::detail::(Forward|Backward)<paraseq::ode::(RK4|DormandPrince5)' \
     >"$out/resource-usage.txt" 2>&1 || true
 fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)

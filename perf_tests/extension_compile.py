@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The compiled path's cost for a function and a cell of your own (docs/torch.md, "Functions and
 cells of your own"): the first use, which compiles the generated extension, and a cached use in a
-new process, which loads it, each in a fresh process with an empty cache.
+new process, which loads it, each in a fresh process with an empty cache; with the generated units'
+compile times, slowest first (a CUDA build compiles them side by side: the first use waits for the slowest).
 
     python3 perf_tests/extension_compile.py --device cuda --out extension-compile.json
 
@@ -13,11 +14,14 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+SLOWEST_UNITS = 5  # units reported per case, slowest first
 
 CASES = {
     "odeint Van der Pol, dopri5, float64": """
@@ -69,7 +73,7 @@ CASES = {
 }
 
 TIMED = """
-import time, warnings
+import json, time, warnings
 from paraseq import _extension_build
 warnings.simplefilter("ignore")
 DEVICE = {device!r}
@@ -78,20 +82,22 @@ start = time.perf_counter()
 run()
 if DEVICE == "cuda":
     torch.cuda.synchronize()
-print(_extension_build.statistics["compiles"], _extension_build.statistics.get("last_compile_seconds", 0.0),
-      time.perf_counter() - start)
+elapsed = time.perf_counter() - start
+print(json.dumps(_extension_build.statistics.get("last_compile_units", {{}})))
+print(_extension_build.statistics["compiles"], _extension_build.statistics.get("last_compile_seconds", 0.0), elapsed)
 """
 
 
 def timed_use(setup, device, cache):
-    """(compiles, compile seconds, call seconds) of one call in a new process."""
+    """(compiles, compile seconds, call seconds, {unit: compile seconds}) of one call in a new process."""
     script = TIMED.format(device=device, setup=textwrap.dedent(setup))
     environment = dict(os.environ, PARASEQ_CACHE_DIR=str(cache))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment)
     if result.returncode != 0:
         raise RuntimeError(f"the timed call failed:\n{result.stderr[-3000:]}")
-    compiles, compile_seconds, seconds = result.stdout.split()[-3:]
-    return int(compiles), float(compile_seconds), float(seconds)
+    units_line, counts_line = result.stdout.strip().splitlines()[-2:]
+    compiles, compile_seconds, seconds = counts_line.split()
+    return int(compiles), float(compile_seconds), float(seconds), json.loads(units_line)
 
 
 def main():
@@ -106,12 +112,18 @@ def main():
               "compiler": settings.compiler, "cuda_extension": settings.cuda, "cases": []}
     for name, setup in CASES.items():
         with tempfile.TemporaryDirectory() as cache:
-            compiles, compile_seconds, first = timed_use(setup, args.device, cache)
-            cached_compiles, _, cached = timed_use(setup, args.device, cache)
+            compiles, compile_seconds, first, units = timed_use(setup, args.device, cache)
+            cached_compiles, _, cached, _ = timed_use(setup, args.device, cache)
+        # The slowest units (the namespace's hash left out): the first use waits for the longest.
+        slowest = sorted(((seconds, re.sub(r"_[0-9a-f]{20}", "", unit)) for unit, seconds in units.items()),
+                         reverse=True)[:SLOWEST_UNITS]
         report["cases"].append({"case": name, "first_use_seconds": round(first, 2),
                                 "compile_seconds": round(compile_seconds, 2), "compiles": compiles,
+                                "units": len(units) - ("(link)" in units),
+                                "slowest_units_seconds": {unit: round(seconds, 1) for seconds, unit in slowest},
                                 "cached_use_seconds": round(cached, 3), "cached_compiles": cached_compiles})
-        print(f"{name}: first use {first:.1f} s (compile {compile_seconds:.1f} s), cached use {cached:.2f} s")
+        print(f"{name}: first use {first:.1f} s (compile {compile_seconds:.1f} s; slowest: "
+              + ", ".join(f"{unit} {seconds:.1f} s" for seconds, unit in slowest[:3]) + f"), cached use {cached:.2f} s")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 

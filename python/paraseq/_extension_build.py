@@ -239,10 +239,13 @@ def require_device(device_type: str, argument: str) -> None:
 
 
 def _run(function, command, source_path):
+    """Runs the compiler; its wall seconds."""
+    started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{function}: compiling the generated extension {source_path} failed (exit status "
                            f"{result.returncode}); the compiler said:\n{result.stderr[-4000:]}")
+    return time.perf_counter() - started
 
 
 def _compile(function, settings, units, library_path):
@@ -252,16 +255,16 @@ def _compile(function, settings, units, library_path):
     started = time.perf_counter()
     try:
         if len(units) == 1:
-            _run(function, [settings.compiler, *settings.compile_flags, str(units[0]), "-o", str(temporary),
-                            *settings.link_flags], units[0])
+            unit_seconds = {units[0].name: _run(function, [settings.compiler, *settings.compile_flags, str(units[0]),
+                                                           "-o", str(temporary), *settings.link_flags], units[0])}
         else:
             objects = [unit.with_name(f"{unit.name}.{os.getpid()}.o") for unit in units]
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
                 compiles = [pool.submit(_run, function, [settings.compiler, *settings.compile_flags, "-c", str(unit),
                                                          "-o", str(obj)], unit) for unit, obj in zip(units, objects)]
-                for compile in compiles:
-                    compile.result()
-            _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary), *settings.link_flags], units[0])
+                unit_seconds = {unit.name: compile.result() for unit, compile in zip(units, compiles)}
+            unit_seconds["(link)"] = _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary),
+                                                     *settings.link_flags], units[0])
             for obj in objects:
                 obj.unlink(missing_ok=True)
     except BaseException:
@@ -270,6 +273,7 @@ def _compile(function, settings, units, library_path):
     os.replace(temporary, library_path)
     statistics["compiles"] += 1
     statistics["last_compile_seconds"] = time.perf_counter() - started
+    statistics["last_compile_units"] = unit_seconds  # each unit's compile (and the link), wall seconds
 
 
 def load(function: str, prefix: str, subdirectory: str, sources_for: Callable[[str], dict]) -> tuple[str, bool]:

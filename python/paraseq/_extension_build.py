@@ -231,7 +231,7 @@ def build_settings() -> BuildSettings:
 def require_device(device_type: str, argument: str) -> None:
     """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
     Kokkos has it. (Every extension of a CUDA build, also one for CPU tensors, is compiled by nvcc:
-    its first use took 21-38 s on an H100 machine's host, 2026-12-05, docs/torch.md.)"""
+    its first use took 21-65 s on H100 machines' hosts, 2026-12-05 and 2026-12-06, docs/torch.md.)"""
     cuda = build_settings().cuda
     if device_type not in ("cpu", "cuda") or (device_type == "cuda" and not cuda):
         raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "

@@ -786,8 +786,8 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
         the CPU (or on CUDA, with a CUDA build), autocast is off and a C++ compiler is there, else
         the general path with a warning naming why; True the compiled path or NotImplementedError
         naming why (with a CUDA build of paraseq, on the CPU and on CUDA, nvcc compiles its first
-        use: 28-38 s for the cells of perf_tests/extension_compile.py on an H100 machine's host,
-        2026-12-05); False the general path. With ``process_group`` the solve is the general path
+        use: 28-65 s for the cells of perf_tests/extension_compile.py on H100 machines' hosts,
+        2026-12-05 and 2026-12-06); False the general path. With ``process_group`` the solve is the general path
         ("auto"; True raises). ParaGRU and ParaLSTM always run their operators ("auto" or True; False raises);
         ParaSLSTM runs its operator with "auto" or True and the general path with False.
     cu_seqlens : torch.Tensor, optional

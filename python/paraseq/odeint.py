@@ -61,8 +61,8 @@ def odeint(func: Union[Field, Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     supports every operation of func, else the general path (the same methods and step rules in
     PyTorch, one custom operator under torch.compile) with a warning naming why; True the compiled
     path or NotImplementedError; False the general path. With a CUDA build of paraseq nvcc
-    compiles the first use (on the CPU and on CUDA), 21 s for a Van der Pol oscillator on an H100
-    machine's host (2026-12-05). Built-in fields run their operator
+    compiles the first use (on the CPU and on CUDA), 21-43 s for a Van der Pol oscillator on H100
+    machines' hosts (2026-12-05 and 2026-12-06). Built-in fields run their operator
     (compile "auto" or True). See docs/migration.md and docs/torch.md.
 
     t: the observation times, finite and strictly increasing (integrating backward in time is not

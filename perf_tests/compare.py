@@ -543,6 +543,67 @@ def compare_slstm(time_ms, device, shapes, reps, peers):
         del x, weight, x_leaf, module, exact
 
 
+def compare_decode(time_ms, device, shapes, tokens, reps, peers):
+    """Decoding, token by token, without gradients: `tokens` calls of the module's step (ParaGRU's and ParaSLSTM's:
+    the operator over one step, input projection included) against the loop of the step's equations in PyTorch
+    (`sequential`) and pararnn-torch's `step` with the same weights. Times are of all `tokens` steps; ms_per_token
+    divides them. Each entry records its last state's distance to paraseq's."""
+    for B, H in shapes:
+        torch.manual_seed(6)
+        x = torch.randn(B, tokens, H, device=device)
+        shape = {"B": B, "H": H, "tokens": tokens}
+        gru = paraseq.ParaGRU(H, H).to(device)
+        slstm = paraseq.ParaSLSTM(H, H).to(device)
+        with torch.no_grad():
+            for module in (gru, slstm):
+                torch.nn.init.uniform_(module.in_proj.bias, -0.5, 0.5)
+
+        def decode(step, state):
+            def run():
+                h = state
+                for t in range(tokens):
+                    h = step(h, x[:, t])
+                return h
+            return run
+        cases = (("gru_decode", gru, None, lambda: gru.sequential(x)[:, -1]),
+                 ("slstm_decode", slstm, torch.zeros(B, 4, H, device=device), lambda: slstm.sequential(x)[:, -1]))
+        for workload, module, state, equations in cases:
+            entry = {"workload": workload, **shape}
+            with torch.no_grad():
+                last = decode(module.step, state)()
+                to_paraseq = lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, last)}  # noqa: E731
+                for name, run in ((f"paraseq {type(module).__name__}.step", decode(module.step, state)),
+                                  ("PyTorch loop of the step's equations", equations)):
+                    done = measure(time_ms, {**entry, "implementation": name}, run, reps, to_paraseq)
+                    if "ms" in done:
+                        done["ms_per_token"] = done["ms"] / tokens
+                    yield done
+            name = f"pararnn-torch {type(module).__name__}.step"
+            pararnn = peers.module("pararnn-torch", "pararnn", name, workload)
+            if pararnn is None:
+                continue
+            if module is gru:
+                cell = pararnn.ParaGRU(H, H, max_recurrent_norm=None, device=device)
+                with torch.no_grad():
+                    for gate, row in zip((cell.a_z, cell.a_r, cell.a_n), module.recurrent):
+                        gate.copy_(row)
+                start = torch.zeros(B, H, device=device)
+            else:
+                cell = pararnn.ParaSLSTM(H, H, device=device)
+                with torch.no_grad():
+                    cell.R.copy_(module.recurrent)
+                start = state
+            with torch.no_grad():
+                cell.W_x.weight.copy_(module.in_proj.weight)
+                cell.W_x.bias.copy_(module.in_proj.bias)
+                done = measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
+                               decode(cell.step, start), reps, to_paraseq)
+            if "ms" in done:
+                done["ms_per_token"] = done["ms"] / tokens
+            yield done
+        del x, gru, slstm
+
+
 # --- Sweeps: time against T and against B x H, for docs/performance.md's plots.
 
 SWEEP_BACKENDS = ("auto", "fused", "one_pass", "scan")  # paraseq's Newton backends in the sweeps
@@ -864,7 +925,7 @@ def copy_gbps(time_ms, device, elements):
     return 2 * elements * 4 / (ms * 1e-3) / 1e9
 
 
-SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head", "packed", "slstm")
+SECTIONS = ("gru", "scan", "ode", "user", "sweep", "head", "packed", "slstm", "decode")
 
 
 def shapes(text):
@@ -885,6 +946,9 @@ def main():
                         help="T x H x S shapes of the packed-sequence ParaGRU comparison (S sequences, T steps in all)")
     parser.add_argument("--slstm-shapes", default="16x4096x256,1x65536x256",
                         help="B x T x H shapes of the ParaSLSTM comparison, comma separated")
+    parser.add_argument("--decode-shapes", default="1x1024,16x1024,64x256",
+                        help="B x H shapes of the decoding comparison (token by token), comma separated")
+    parser.add_argument("--decode-tokens", type=int, default=64, help="tokens decoded per timed call")
     parser.add_argument("--user-gru-shape", default="16x4096x1024",
                         help="B x T x H of the user-cell comparison (a GRU step of one's own against ParaGRU)")
     parser.add_argument("--user-parts", default="cell,field",
@@ -900,6 +964,8 @@ def main():
     sections = args.sections.split(",")
     if args.trajectories < 1:
         parser.error(f"--trajectories: {args.trajectories} is not a positive count")
+    if args.decode_tokens < 1:
+        parser.error(f"--decode-tokens: {args.decode_tokens} is not a positive count")
     user_parts = args.user_parts.split(",")
     if not set(user_parts) <= {"cell", "field"}:
         parser.error(f"--user-parts: {args.user_parts!r} names a part other than cell, field")
@@ -911,6 +977,7 @@ def main():
         user_gru_shape = (2, 64, 16)
         sweep_gru_T, sweep_gru_BH, sweep_scan_T = [64, 256], [(2, 8)], [1 << 10, 1 << 12]
         head_shapes, packed_shapes, slstm_shapes = [(2, 64, 16, 4)], [(64, 8, 4)], [(2, 32, 8)]
+        decode_shapes, decode_tokens = [(2, 8)], 4
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 1 << 30, 1 << 20, 20, 4
     else:
         gru_shapes, scan_shapes, ode_N, reps = shapes(args.gru_shapes), shapes(args.scan_shapes), args.trajectories, 5
@@ -920,6 +987,7 @@ def main():
         sweep_scan_T = [1 << k for k in range(16, 27, 2)]
         head_shapes, packed_shapes = shapes(args.head_shapes), shapes(args.packed_shapes)
         slstm_shapes = shapes(args.slstm_shapes)
+        decode_shapes, decode_tokens = shapes(args.decode_shapes), args.decode_tokens
         sequential_up_to, copy_elements, ode_steps, compiled_steps = 16 * 4096, 1 << 28, 1000, args.compiled_steps
     report = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "torch": torch.__version__, "python": platform.python_version(),
@@ -933,6 +1001,7 @@ def main():
             "head": lambda: compare_head(time_ms, device, head_shapes, reps, peers),
             "packed": lambda: compare_packed(time_ms, device, packed_shapes, reps, peers),
             "slstm": lambda: compare_slstm(time_ms, device, slstm_shapes, reps, peers),
+            "decode": lambda: compare_decode(time_ms, device, decode_shapes, decode_tokens, reps, peers),
             "sweep": lambda: compare_sweep(time_ms, device, sweep_gru_T, sweep_gru_BH, sweep_scan_T, reps, peers),
             "user": lambda: compare_user(time_ms, device, user_parts, user_gru_shape, ode_N, ode_steps, reps, peers)}
     def save():
@@ -951,7 +1020,8 @@ def main():
             save()
         save()  # with the peers that a section found missing after its last entry
     for entry in report["results"]:
-        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "S", "lengths", "N", "steps") if key in entry)
+        shape = ",".join(f"{key}={entry[key]}" for key in ("B", "T", "H", "n_heads", "S", "lengths", "N", "steps", "tokens")
+                         if key in entry)
         outcome = next((key for key in ("missing", "refused") if key in entry), None)
         timing = f"{outcome}: {entry[outcome]}" if outcome else f"{entry['ms']:10.3f} ms"
         cold = f"  cold {entry['cold_compile_s']:.1f} s" if "cold_compile_s" in entry else ""

@@ -470,9 +470,10 @@ class ParaSLSTM(nn.Module):
 
     newton_apply solves it with its operator, ``torch.ops.paraseq.para_slstm`` (the C++ cell
     ``paraseq::ParaSLSTM`` of src/solvers/cells.hpp, in the library's compiled instances: nothing is
-    compiled on first use), on the CPU and CUDA, in every mode. With ``compile=False`` it is solved
-    as a cell of your own on the general path (``hidden_size``, ``state_slots = 4``,
-    ``jac_structure = "block4"``, ``step``: Newton in PyTorch, Jacobians from torch.func).
+    compiled on first use), on the CPU and CUDA, in every mode; ``step`` (decoding) is the same
+    operator over one step. With ``compile=False`` it is solved as a cell of your own on the
+    general path (``state_slots = 4``, ``jac_structure = "block4"``, the step's equations in
+    PyTorch: Newton in PyTorch, Jacobians from torch.func).
 
     Parameters
     ----------
@@ -558,19 +559,37 @@ class ParaSLSTM(nn.Module):
             return self.recurrent
         return self.recurrent.clamp(-self.max_recurrent_norm, self.max_recurrent_norm)
 
-    def step(self, h_prev: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """One step, the cell's recurrence: the state [..., 4, H] after h_prev [..., 4, H] (slots
-        (c, n, m, h)) and x [..., input_size], for any leading dimensions; differentiable. It is
-        what newton_apply solves, and one step of decoding."""
-        return _slstm_step(self.clipped_recurrent(), h_prev, F.linear(x, self.in_proj.weight, self.in_proj.bias),
-                           self.eps)
+    def step(self, h_prev: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """One step, for decoding: the state [..., 4, H] after h_prev [..., 4, H] (slots (c, n, m, h);
+        zero when None) and x [..., input_size], for any leading dimensions (none for one
+        sequence). The step is the operator's sequential mode over one step (C++ ``cell_step``), so
+        stepping a sequence reproduces newton_apply's states; differentiable."""
+        function, H = "ParaSLSTM.step", self.hidden_size
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{function}: argument 'x' is a {type(x).__name__}, expected a tensor [..., "
+                            f"{self.input_size}] ([..., input_size])")
+        if x.dim() < 1 or x.shape[-1] != self.input_size:
+            raise ValueError(f"{function}: argument 'x' has shape {list(x.shape)}, expected [..., {self.input_size}] "
+                             "([..., input_size])")
+        leading = tuple(x.shape[:-1])
+        if h_prev is not None and not isinstance(h_prev, torch.Tensor):
+            raise TypeError(f"{function}: argument 'h_prev' is a {type(h_prev).__name__}, expected None or a tensor "
+                            f"{[*leading, 4, H]}")
+        if h_prev is not None and tuple(h_prev.shape) != (*leading, 4, H):
+            raise ValueError(f"{function}: argument 'h_prev' has shape {list(h_prev.shape)}, expected "
+                             f"{[*leading, 4, H]} (x's leading dimensions, then slots c, n, m, h)")
+        rows = math.prod(leading)
+        state = newton_apply(self, x.reshape(rows, 1, self.input_size), _STEP_CONFIG,
+                             h0=None if h_prev is None else h_prev.reshape(rows, 4, H))
+        return state.reshape(*leading, 4, H)
 
     def sequential(self, x, h0=None):
-        """The reference: the loop over t of step in PyTorch; the state [B, T, 4, H]."""
+        """The reference: the loop over t of the step's equations in PyTorch; the state [B, T, 4, H]."""
         state = h0 if h0 is not None else x.new_zeros((x.shape[0], 4, self.hidden_size))
+        equations = _SlstmEquations(self)
         states = []
         for x_t in x.unbind(1):
-            state = self.step(state, x_t)
+            state = equations.step(state, x_t)
             states.append(state)
         return torch.stack(states, dim=1)
 
@@ -620,6 +639,28 @@ def _slstm_step(recurrent, state, u, eps):
     n_next = forget_gate * n + input_gate
     h_next = torch.sigmoid(u_o + r_o * h) * c_next / (n_next + eps)
     return torch.stack((c_next, n_next, m_next, h_next), dim=-2)
+
+
+class _SlstmEquations(nn.Module):
+    """A ParaSLSTM as a cell of the general path (compile=False, process_group) and its reference
+    loop: step(state, x) in PyTorch, which torch.func differentiates (ParaSLSTM.step is the
+    operator)."""
+    state_slots, jac_structure = 4, "block4"
+
+    def __init__(self, cell):
+        super().__init__()
+        self.builtin = cell
+        self.input_size, self.hidden_size, self.config = cell.input_size, cell.hidden_size, cell.config
+
+    def step(self, state, x):
+        cell = self.builtin
+        return _slstm_step(cell.clipped_recurrent(), state, F.linear(x, cell.in_proj.weight, cell.in_proj.bias),
+                           cell.eps)
+
+
+def _general_path_cell(cell):
+    """The cell whose step the general path differentiates: a ParaSLSTM's equations, else the cell."""
+    return _SlstmEquations(cell) if isinstance(cell, ParaSLSTM) else cell
 
 
 class _BuiltinCellSteps(nn.Module):
@@ -885,7 +926,7 @@ def newton_apply(cell: nn.Module, x: torch.Tensor, cfg: Optional[NewtonConfig] =
     if isinstance(cell, ParaSLSTM) and compile is not False:
         return _newton_apply_slstm(cell, x, cfg, h0, return_stats, return_cell_state)
     if not isinstance(cell, (ParaGRU, ParaLSTM)):
-        return _newton_apply_user_cell(cell, x, cfg, h0, return_stats, return_cell_state, compile)
+        return _newton_apply_user_cell(_general_path_cell(cell), x, cfg, h0, return_stats, return_cell_state, compile)
     cfg, state0 = _checked_builtin_arguments(cell, x, cfg, h0, return_cell_state, compile)
     # In eager mode the divergence check is made here, on the residual the operator returns (also
     # after picard_adapt's retries: the operator returns the failed result instead of raising).
@@ -1083,7 +1124,7 @@ def _newton_apply_distributed(cell, x, cfg, h0, return_stats, return_cell_state,
                 raise NotImplementedError("newton_apply: argument 'compile' is True with 'process_group', but the "
                                           "distributed solve is the general path (the compiled path solves in one "
                                           "process); pass compile='auto' or False")
-            layout, cfg, h0 = _checked_user_cell_arguments(cell, x, cfg, h0, return_cell_state)
+            layout, cfg, h0 = _checked_user_cell_arguments(_general_path_cell(cell), x, cfg, h0, return_cell_state)
             _check_general_path_config(cfg)
             x_solved = x
         B, T = x_solved.shape[:2]

@@ -17,7 +17,7 @@ PEER_WORKLOADS = {
                       "scan_forward_backward", "user_gru_forward", "user_gru_forward_backward",
                       "gru_forward_against_T", "gru_forward_against_BH", "scan_against_T", "gru_head_forward",
                       "gru_head_forward_backward", "gru_packed_forward", "gru_packed_forward_backward",
-                      "slstm_forward", "slstm_forward_backward"},
+                      "slstm_forward", "slstm_forward_backward", "gru_decode", "slstm_decode"},
     "accelerated-scan": {"scan_forward", "scan_forward_backward", "scan_against_T"},
     "flash-linear-attention": {"scan_forward", "scan_forward_backward"},
     "torchode": {"rk4_fixed", "dopri5_adaptive"},
@@ -52,7 +52,8 @@ def test_compare_script_runs_every_comparison_and_agrees(tmp_path):
                      "torch.compile unrolled RK4 loop", "paraseq ParaGRU (built-in)", "paraseq user cell, compiled path",
                      "paraseq user cell, general path", "paraseq DampedOscillator (built-in)",
                      "paraseq user function, compiled path", "paraseq user function, general path",
-                     "paraseq ParaGRU(mix='head')", "paraseq ParaGRU", "paraseq ParaSLSTM"):
+                     "paraseq ParaGRU(mix='head')", "paraseq ParaGRU", "paraseq ParaSLSTM", "paraseq ParaGRU.step",
+                     "paraseq ParaSLSTM.step", "PyTorch loop of the step's equations"):
         assert expected in implementations
     peer_workloads = {}
     for entry in results:

@@ -1,8 +1,8 @@
 """paraseq.ParaSLSTM (the xLSTM sLSTM cell with diagonal recurrence) against a float64 loop over t
-written here from the sLSTM equations (torch.maximum, plain exp): its step, newton_apply through its
-operator (paraseq::para_slstm) in every mode and on the general path, gradients (gradcheck; the
-loop's autograd for the parameters), the tie rule of the max, torch.compile, opcheck, and its
-arguments' errors."""
+written here from the sLSTM equations (torch.maximum, plain exp): its step (decoding, the operator
+over one step), newton_apply through its operator (paraseq::para_slstm) in every mode and on the
+general path, gradients (gradcheck; the loop's autograd for the parameters), the tie rule of the
+max, torch.compile, opcheck, and its arguments' errors."""
 
 import math
 
@@ -60,6 +60,52 @@ def test_step_and_sequential_are_the_loop_and_the_clamp_applies():
     torch.testing.assert_close(cell.sequential(x, h0), expected, rtol=0, atol=1e-13)
     assert cell.sequential(x).shape == (2, 24, 4, 4)
     assert (cell.sequential(x)[:, :, 1] > 0).all()  # n > 0 from the zero state on
+
+
+def test_step_decodes_what_newton_apply_solved(device):
+    cell, x, h0 = case(B=3, T=20)
+    cell, x, h0 = cell.to(device), x.to(device), h0.to(device)
+    T = x.shape[1]
+    for initial in (h0, None):
+        for backend in ("sequential", "newton"):  # Newton on T steps is exact after T iterations
+            solved = newton_apply(cell, x, NewtonConfig(max_iters=T, scan_backend=backend), h0=initial)
+            state = initial
+            for t in range(T):
+                state = cell.step(state, x[:, t])
+                torch.testing.assert_close(state, solved[:, t], rtol=1e-12, atol=1e-12)
+    # Leading dimensions: none (one sequence) and two.
+    expected = loop_of(cell, x[:, :1], h0)[:, 0]
+    torch.testing.assert_close(cell.step(h0[1], x[1, 0]), expected[1], rtol=0, atol=1e-14)
+    grid = cell.step(h0.unsqueeze(0).expand(2, -1, -1, -1), x[:, 0].unsqueeze(0).expand(2, -1, -1))
+    torch.testing.assert_close(grid, expected.unsqueeze(0).expand(2, -1, -1, -1), rtol=0, atol=1e-14)
+
+
+def test_step_gradcheck_in_double(device):
+    cell, x, h0 = case(B=2, T=1, input_size=3, H=2)
+    cell = cell.to(device)
+    x, h0 = x[:, 0].to(device).requires_grad_(), h0.to(device).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, h, *params: cell.step(h, x), (x, h0, *cell.parameters()))
+
+
+def test_step_compiles_without_graph_breaks_and_equals_eager(device):
+    cell, x, h0 = case(B=2, T=2)
+    cell, x, h0 = cell.to(device), x.to(device), h0.to(device)
+    decode = lambda z: cell.step(cell.step(h0, z[:, 0]), z[:, 1])  # noqa: E731
+    assert graph_break_count(decode, x) == 0
+    assert torch.equal(torch.compile(decode, fullgraph=True)(x), decode(x))
+
+
+def test_step_errors_name_the_argument():
+    cell = ParaSLSTM(3, 4)
+    x = torch.randn(2, 3)
+    with pytest.raises(TypeError, match="ParaSLSTM.step: argument 'x' is a list"):
+        cell.step(None, [1.0])
+    with pytest.raises(ValueError, match=r"ParaSLSTM.step: argument 'x' has shape \[2, 5\], expected \[..., 3\]"):
+        cell.step(None, torch.randn(2, 5))
+    with pytest.raises(ValueError, match=r"ParaSLSTM.step: argument 'h_prev' has shape \[2, 4\], expected \[2, 4, 4\]"):
+        cell.step(torch.zeros(2, 4), x)
+    with pytest.raises(TypeError, match="ParaSLSTM.step: argument 'h_prev' is a tuple"):
+        cell.step((torch.zeros(2, 4),), x)
 
 
 @pytest.mark.parametrize("backend", ["sequential", "fused", "newton", "one_pass", "auto"])

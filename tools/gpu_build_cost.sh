@@ -17,13 +17,13 @@
 # what the targets name, bench-heads.json and bench.json from the target benchmarks on the idle host
 # (with BASELINE_TAR, below, bench-baseline.json and bench-again.json); compare-gru.json,
 # compare-scan.json, compare-user.json, compare-sweep.json, compare-head.json, compare-packed.json and
-# compare-slstm.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
+# compare-slstm.json, compare-decode.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
 # libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets);
 # compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
 # PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
 # one-channel scan and the RK4 gradient, and those kernels' registers (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
-# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm"; empty: none) names the compare.py
+# PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm decode"; empty: none) names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
 # user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
 # comparisons, PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
@@ -177,7 +177,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
     timeout "$2" python3 "$repo/perf_tests/compare.py" --sections "$1" --out "$out/compare-$1.json" "${@:3}" \
     >"$out/compare-$1.log" 2>&1 || echo "compare.py --sections $1: exit status $?" >>"$out/compare-$1.log"
 }
-for section in ${PARASEQ_COMPARE_SECTIONS-gru scan user sweep head packed slstm}; do
+for section in ${PARASEQ_COMPARE_SECTIONS-gru scan user sweep head packed slstm decode}; do
   case $section in
   gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
   scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ;;

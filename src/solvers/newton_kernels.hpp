@@ -115,6 +115,16 @@ KOKKOS_INLINE_FUNCTION void repeated_vjp(const Cell& cell, int g, const Acc* h, 
   else vjp_called(cell, g, h, u, mu, dh, du, dp);
 }
 
+// A quasi scan's operands of one step on a device (NewtonLinearization::operands), called rather
+// than inlined: the diagonal scan's kernels unroll steps and channels, and for groups of d >= 4
+// each inlined copy of the loads and the call around linearize_diagonal_called made most of ptxas'
+// time (nvcc 13.0, sm_90, 2026-12-06: a dense cell's quasi one-pass scan 49 s, 22 s called).
+template <class Linearization, class Acc>
+KOKKOS_FUNCTION __attribute__((noinline)) void quasi_operands_called(const Linearization& linearization, int b,
+                                                                     int t, int g, Acc* f, Acc* J, Acc* h_t) {
+  linearization.inlined_operands(b, t, g, f, J, h_t);
+}
+
 // The fused operands of one Newton iteration for the ordered scan (state: delta). With Quasi the
 // scan is diagonal over channels and uses only J's diagonal; otherwise its groups are the cell's.
 template <class Acc, class Cell, bool Quasi, class UView, class Iterate, class HOut>
@@ -133,6 +143,14 @@ struct NewtonLinearization {
   // f(h^k_{t-1}, u_t), h^k_t and the Jacobian of the cell group holding scan group g: J (d x d),
   // or with Quasi its diagonal (linearize_diagonal_of, cell.hpp).
   KOKKOS_INLINE_FUNCTION void operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
+    if constexpr (Quasi && D >= 4) {
+      KOKKOS_IF_ON_DEVICE((quasi_operands_called(*this, b, t, g, f, J, h_t);))
+      KOKKOS_IF_ON_HOST((inlined_operands(b, t, g, f, J, h_t);))
+    } else {
+      inlined_operands(b, t, g, f, J, h_t);
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void inlined_operands(int b, int t, int g, Acc* f, Acc* J, Acc* h_t) const {
     Acc h_prev[D], in[Cell::max_inputs_per_group];
     old.template load<Acc>(b, t - 1, cell_group(g), h_prev);
     old.template load<Acc>(b, t, cell_group(g), h_t);

@@ -13,7 +13,8 @@
 # build-cost.json (perf_tests/build_cost.py over the Ninja log, with both phases' wall times and,
 # unless PARASEQ_ALONE=0, the application units compiled again one at a time on the idle host);
 # ctest.log and pytest-cuda.log (the CUDA ctest beside python/tests/test_cuda.py, whose
-# compiled-path tests compile extensions with nvcc); then, so that a lease that ends early keeps
+# compiled-path tests compile extensions with nvcc) and, with PARASEQ_PYTEST_DEVICE_SECONDS,
+# pytest-device.log (the suite's device-parametrised tests on CUDA); then, so that a lease that ends early keeps
 # what the targets name, bench-heads.json and bench.json from the target benchmarks on the idle host
 # (with BASELINE_TAR, below, bench-baseline.json and bench-again.json); compare-gru.json,
 # compare-scan.json, compare-user.json, compare-sweep.json, compare-head.json, compare-packed.json and
@@ -133,6 +134,16 @@ if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
     timeout -s INT -k 60 "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -rf -n 4 -p no:cacheprovider --timeout 360 \
     "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
   tail -n 3 "$out/pytest-cuda.log"
+fi
+# The rest of the Python suite's tests that take a device, on CUDA alone (their ids hold "cuda"):
+# decoding steps, packed sequences, the modules and the loops, as CI runs them on the CPU
+# (PARASEQ_PYTEST_DEVICE_SECONDS, default 0: left out; pytest-device.log).
+if [[ ${PARASEQ_PYTEST_DEVICE_SECONDS:-0} != 0 ]]; then
+  PARASEQ_TEST_DEVICES=cuda PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" \
+    PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" timeout -s INT -k 60 "$PARASEQ_PYTEST_DEVICE_SECONDS" \
+    python3 -m pytest -q -rf -n 4 -p no:cacheprovider --timeout 360 -k "cuda" --ignore="$repo/python/tests/test_cuda.py" \
+    "$repo/python/tests" >"$out/pytest-device.log" 2>&1 || true
+  tail -n 3 "$out/pytest-device.log"
 fi
 if [[ -n ${ctest_pid:-} ]]; then
   wait "$ctest_pid" || true

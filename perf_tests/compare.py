@@ -565,6 +565,12 @@ def compare_decode(time_ms, device, shapes, tokens, reps, peers):
                     h = step(h, x[:, t])
                 return h
             return run
+
+        def timed(entry, run, check):
+            done = measure(time_ms, entry, run, reps, check)
+            if "ms" in done:
+                done["ms_per_token"] = done["ms"] / tokens
+            return done
         cases = (("gru_decode", gru, None, lambda: gru.sequential(x)[:, -1]),
                  ("slstm_decode", slstm, torch.zeros(B, 4, H, device=device), lambda: slstm.sequential(x)[:, -1]))
         for workload, module, state, equations in cases:
@@ -574,10 +580,7 @@ def compare_decode(time_ms, device, shapes, tokens, reps, peers):
                 to_paraseq = lambda h: {"max_abs_diff_to_paraseq": max_abs_diff(h, last)}  # noqa: E731
                 for name, run in ((f"paraseq {type(module).__name__}.step", decode(module.step, state)),
                                   ("PyTorch loop of the step's equations", equations)):
-                    done = measure(time_ms, {**entry, "implementation": name}, run, reps, to_paraseq)
-                    if "ms" in done:
-                        done["ms_per_token"] = done["ms"] / tokens
-                    yield done
+                    yield timed({**entry, "implementation": name}, run, to_paraseq)
             name = f"pararnn-torch {type(module).__name__}.step"
             pararnn = peers.module("pararnn-torch", "pararnn", name, workload)
             if pararnn is None:
@@ -596,10 +599,8 @@ def compare_decode(time_ms, device, shapes, tokens, reps, peers):
             with torch.no_grad():
                 cell.W_x.weight.copy_(module.in_proj.weight)
                 cell.W_x.bias.copy_(module.in_proj.bias)
-                done = measure(time_ms, {**entry, "implementation": name, **peers.tag("pararnn-torch")},
-                               decode(cell.step, start), reps, to_paraseq)
-            if "ms" in done:
-                done["ms_per_token"] = done["ms"] / tokens
+                done = timed({**entry, "implementation": name, **peers.tag("pararnn-torch")}, decode(cell.step, start),
+                             to_paraseq)
             yield done
         del x, gru, slstm
 

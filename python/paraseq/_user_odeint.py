@@ -19,6 +19,7 @@ plus one step's graph, never the graph of all steps.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import List, Optional
 
@@ -334,12 +335,18 @@ def make_rhs(func, one_trajectory):
     return rhs
 
 
+@contextlib.contextmanager
+def registered_rhs(token, tensors, one_trajectory):
+    """make_rhs of the registered function with `tensors` substituted once, for the block."""
+    with _user_function.substituted(_user_function.entry(token), tensors) as func:
+        yield make_rhs(func, one_trajectory)
+
+
 def _forward(token, y0, t, tensors, method, step_size, rtol, atol, max_steps, one_trajectory, measured, record=None):
     """The integration, with the operator's tensors in func for all of it (substituted once)."""
     times = t.tolist()
     tableau = TABLEAUS[method]
-    with _user_function.substituted(_user_function.entry(token), tensors) as func:
-        rhs = make_rhs(func, one_trajectory)
+    with registered_rhs(token, tensors, one_trajectory) as rhs:
         if step_size is None and method in ADAPTIVE:
             return integrate_adaptive(rhs, tableau, method, y0, times, rtol, atol, max_steps, measured, record)
         return integrate_fixed(rhs, tableau, y0, times, step_size, record)
@@ -363,8 +370,7 @@ def _user_odeint_fake(token, y0, t, tensors, method, step_size, rtol, atol, max_
 def _step_vjp(token, tensors, one_trajectory, tableau, t, h, t_next, y, grad_y_next, grad_stages):
     """(dL/dy, dL/dtensors) of one step from y given dL/dy_next and dL/dK_i (dense outputs)."""
     def step(y, *tensors):
-        with _user_function.substituted(_user_function.entry(token), list(tensors)) as func:
-            rhs = make_rhs(func, one_trajectory)
+        with registered_rhs(token, list(tensors), one_trajectory) as rhs:
             K, y_next = stages(rhs, tableau, t, h, t_next, y, rhs(t, y))
         return y_next, torch.stack(K)
 

@@ -238,8 +238,7 @@ def _integrate_registered(token, tensors, y0, t, method, step_size, rtol, atol, 
 def _check_function(token, y0, t, tensors, one_trajectory):
     """One evaluation at (t[0], y0) with every found tensor detached: its shape and dtype, and a
     result that still requires grad (a tensor odeint did not find, whose gradient would be lost)."""
-    with _user_function.substituted(_user_function.entry(token), [x.detach() for x in tensors]) as func:
-        rhs = _user_odeint.make_rhs(func, one_trajectory)
+    with _user_odeint.registered_rhs(token, [x.detach() for x in tensors], one_trajectory) as rhs:
         with torch.enable_grad():
             probe = rhs(t[:1].to(y0.dtype).to(y0.device).expand(y0.shape[0], 1), y0.detach())
     if probe.requires_grad:

@@ -2,6 +2,10 @@
 run alone (float64 loops written in the tests, and the unpacked API), gradients, gradcheck, no state
 across a boundary, torch.compile, and argument errors."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -150,9 +154,29 @@ def test_packed_scan_compiles_without_graph_breaks(device):
     expected = torch.autograd.grad(loss(A, b, h0, cu_seqlens), (A, h0))
     for g, e in zip(got, expected):
         assert torch.equal(g, e)
-    # Compiled, the values are checked on the device, without a host read.
-    with pytest.raises(RuntimeError, match="argument 'cu_seqlens' must start at 0, end at T = 10"):
-        compiled(A, b, h0, offsets([3, 1, 0, 5, 2], device))
+    # Compiled, the values are checked on the device, without a host read: a RuntimeError on the CPU;
+    # on CUDA a device-side assertion, which ends the process's CUDA context (as PyTorch's own
+    # device-side checks do), so it is provoked in a child process.
+    if device == "cpu":
+        with pytest.raises(RuntimeError, match="argument 'cu_seqlens' must start at 0, end at T = 10"):
+            compiled(A, b, h0, offsets([3, 1, 0, 5, 2], device))
+        return
+    result = subprocess.run([sys.executable, "-c", BAD_PACK_COMPILED_ON_CUDA], capture_output=True, text=True,
+                            timeout=300, env=os.environ.copy())
+    assert result.returncode != 0 and "reached" not in result.stdout, result.stdout
+    assert "argument 'cu_seqlens' must start at 0, end at T = 10" in result.stderr, result.stderr[-2000:]
+
+
+BAD_PACK_COMPILED_ON_CUDA = """
+import torch
+from paraseq import linear_scan
+scan = torch.compile(lambda A, b, h0, cu_seqlens: linear_scan(A, b, h0, cu_seqlens=cu_seqlens), fullgraph=True,
+                     backend="aot_eager")
+A, b, h0 = torch.rand(1, 10, 2, device="cuda"), torch.rand(1, 10, 2, device="cuda"), torch.zeros(5, 2, device="cuda")
+scan(A, b, h0, torch.tensor([0, 3, 4, 4, 9, 11], dtype=torch.int32, device="cuda"))
+torch.cuda.synchronize()
+print("reached")
+"""
 
 
 def test_packed_scan_errors_name_the_argument(device):

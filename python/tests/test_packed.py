@@ -154,29 +154,30 @@ def test_packed_scan_compiles_without_graph_breaks(device):
     expected = torch.autograd.grad(loss(A, b, h0, cu_seqlens), (A, h0))
     for g, e in zip(got, expected):
         assert torch.equal(g, e)
-    # Compiled, the values are checked on the device, without a host read: a RuntimeError on the CPU;
-    # on CUDA a device-side assertion, which ends the process's CUDA context (as PyTorch's own
-    # device-side checks do), so it is provoked in a child process.
+    # Compiled, the values are checked on the device, without a host read.
+    message = "argument 'cu_seqlens' must start at 0, end at T = 10"
     if device == "cpu":
-        with pytest.raises(RuntimeError, match="argument 'cu_seqlens' must start at 0, end at T = 10"):
+        with pytest.raises(RuntimeError, match=message):
             compiled(A, b, h0, offsets([3, 1, 0, 5, 2], device))
-        return
-    result = subprocess.run([sys.executable, "-c", BAD_PACK_COMPILED_ON_CUDA], capture_output=True, text=True,
-                            timeout=300, env=os.environ.copy())
-    assert result.returncode != 0 and "reached" not in result.stdout, result.stdout
-    assert "argument 'cu_seqlens' must start at 0, end at T = 10" in result.stderr, result.stderr[-2000:]
-
-
-BAD_PACK_COMPILED_ON_CUDA = """
-import torch
+    else:
+        assert_refused_on_cuda(message, """
 from paraseq import linear_scan
 scan = torch.compile(lambda A, b, h0, cu_seqlens: linear_scan(A, b, h0, cu_seqlens=cu_seqlens), fullgraph=True,
                      backend="aot_eager")
 A, b, h0 = torch.rand(1, 10, 2, device="cuda"), torch.rand(1, 10, 2, device="cuda"), torch.zeros(5, 2, device="cuda")
 scan(A, b, h0, torch.tensor([0, 3, 4, 4, 9, 11], dtype=torch.int32, device="cuda"))
-torch.cuda.synchronize()
-print("reached")
-"""
+""")
+
+
+def assert_refused_on_cuda(message, script):
+    """A compiled graph checks cu_seqlens' values with torch._assert_async: a RuntimeError on the CPU, on CUDA a
+    device-side assertion, which ends the process's CUDA context (as PyTorch's own device-side checks do). So
+    `script` (after `import torch`) provokes it in a child process, which must fail with `message`."""
+    code = f"import torch\n{script}\ntorch.cuda.synchronize()\nprint('reached')\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=os.environ.copy())
+    assert result.returncode != 0 and "reached" not in result.stdout, result.stdout
+    assert message in result.stderr, result.stderr[-2000:]
 
 
 def test_packed_scan_errors_name_the_argument(device):
@@ -369,8 +370,20 @@ def test_packed_newton_compiles_without_graph_breaks_given_max_seqlen(device):
     # gradients are sums over other batches, so they agree to rounding.
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-15)
-    with pytest.raises(RuntimeError, match="with no sequence longer than max_seqlen = 5"):
-        compiled(x, h0, offsets([3, 1, 0, 6, 0], device))
+    message = "with no sequence longer than max_seqlen = 5"
+    if device == "cpu":
+        with pytest.raises(RuntimeError, match=message):
+            compiled(x, h0, offsets([3, 1, 0, 6, 0], device))
+    else:
+        assert_refused_on_cuda(message, """
+from paraseq import ParaGRU, compile_safe_config, newton_apply
+cell = ParaGRU(3, 4).to("cuda", torch.float64)
+solve = torch.compile(lambda x, h0, cu_seqlens: newton_apply(cell, x, compile_safe_config(6), h0=h0,
+                                                             cu_seqlens=cu_seqlens, max_seqlen=5),
+                      fullgraph=True, backend="aot_eager")
+x, h0 = torch.rand(1, 10, 3, dtype=torch.float64, device="cuda"), torch.zeros(5, 4, dtype=torch.float64, device="cuda")
+solve(x, h0, torch.tensor([0, 3, 4, 4, 10, 10], dtype=torch.int32, device="cuda"))
+""")
     # Without max_seqlen the padded length is read from cu_seqlens' values: a graph break (.item()).
     unbounded = lambda x, h0, cu_seqlens: newton_apply(cell, x, cfg, h0=h0, cu_seqlens=cu_seqlens)
     assert graph_break_count(unbounded, x, h0, cu_seqlens) >= 1

@@ -28,7 +28,9 @@
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
 # user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
 # comparisons, PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
-# GRU's), PARASEQ_EXTENSION_COMPILE=0 the first use, and PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits test_cuda.py.
+# GRU's), PARASEQ_EXTENSION_COMPILE=0 the first use, PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits
+# test_cuda.py and PARASEQ_PYTEST_CUDA_FILTER picks its tests (pytest -k), and PARASEQ_SCAN_SHAPES replaces the scan
+# section's shapes (compare.py --scan-shapes).
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
 # host: bench-baseline.json, then bench-again.json.
@@ -132,7 +134,7 @@ fi
 if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout -s INT -k 60 "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -rf -n 4 -p no:cacheprovider --timeout 360 \
-    "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
+    ${PARASEQ_PYTEST_CUDA_FILTER:+-k "$PARASEQ_PYTEST_CUDA_FILTER"} "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
   tail -n 3 "$out/pytest-cuda.log"
 fi
 # The rest of the Python suite's tests that take a device, on CUDA alone (their ids hold "cuda"):
@@ -191,7 +193,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
 for section in ${PARASEQ_COMPARE_SECTIONS-gru scan user sweep head packed slstm decode}; do
   case $section in
   gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
-  scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ;;
+  scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ${PARASEQ_SCAN_SHAPES:+--scan-shapes "$PARASEQ_SCAN_SHAPES"} ;;
   user) compare user "${PARASEQ_COMPARE_SECONDS:-300}" --user-parts "${PARASEQ_USER_PARTS:-cell,field}" ;;
   *) compare "$section" "${PARASEQ_COMPARE_SECONDS:-240}" ;;
   esac

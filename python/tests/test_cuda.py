@@ -35,6 +35,23 @@ def test_linear_scan_on_cuda_equals_cpu_in_double(structure, reverse):
     assert torch.allclose(on_cuda.cpu(), on_cpu, rtol=0, atol=1e-12)
 
 
+# Long sequences of few channels take the one-pass scan with its windows staged through team scratch
+# (for scans of Views a kernel of its own, StagedChainedTag): against the CPU's kernels in double,
+# across chunks and segments of the look-back, and bitwise repeatable.
+@pytest.mark.parametrize("structure,channels,k", [("diag", 1, 1), ("diag", 4, 1), ("block", 2, 2), ("block", 6, 3)])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_long_scans_of_few_channels_on_cuda_equal_cpu(structure, channels, k, reverse, dtype):
+    A, b, h0 = operands(structure, "cpu", B=1, T=3 * 2 ** 15 + 5, N=channels, k=k)
+    h0 = None if reverse else h0
+    on_cpu = linear_scan(A, b, h0, structure, reverse)
+    arguments = [A.cuda().to(dtype), b.cuda().to(dtype), None if h0 is None else h0.cuda().to(dtype), structure, reverse]
+    on_cuda = linear_scan(*arguments)
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-4
+    assert torch.allclose(on_cuda.cpu().double(), on_cpu, rtol=tolerance, atol=tolerance)
+    assert torch.equal(linear_scan(*arguments), on_cuda)
+
+
 def test_runs_on_the_current_stream():
     A, b, h0 = operands("diag", "cpu")
     expected = reference(A, 2 * b, h0, "diag", False)

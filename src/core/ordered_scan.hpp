@@ -205,16 +205,32 @@ KOKKOS_INLINE_FUNCTION constexpr bool stages_windows(const ScanPlan& plan) {
   return batch > 0 && plan.lanes < 8 && plan.chunk_length <= batch;
 }
 
+// Where windows are staged, the window's step maps and, after them, its states, each with one value
+// of padding every 16 entries (bank conflicts; staged_offset). The states' area first holds the
+// published maps that the look-back applies (a map per sub-chunk and lane at a time), so it is at
+// least that large.
+template <class Structure>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t staged_maps_count(const ScanPlan& plan) {
+  const std::size_t maps = std::size_t(plan.team_chunks) * plan.lanes * plan.chunk_length;
+  return maps * map_size<Structure::max_group_size> + maps / 16 + 1;
+}
+template <class Structure>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t staged_states_count(const ScanPlan& plan) {
+  constexpr int D = Structure::max_group_size;
+  const std::size_t states = std::size_t(plan.team_chunks) * plan.lanes * plan.chunk_length;
+  const std::size_t published = std::size_t(plan.team_chunks) * plan.lanes;
+  return Kokkos::max(states * D + states / 16, published * map_size<D> + published / 16) + 1;
+}
+
 // Team scratch of a window, in values: the sub-chunk maps ([P][lanes] maps), the carries
-// ([2][lanes][D]) and, where windows are staged, a window of step maps (the states stored from it
-// take less) with one value of padding every 16 maps (bank conflicts; staged_offset).
+// ([2][lanes][D]) and, where windows are staged, the window's maps and states.
 template <class Structure, class ExecSpace>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t window_scratch_count(const ScanPlan& plan) {
   constexpr int D = Structure::max_group_size;
   const std::size_t sub_chunk_maps = std::size_t(plan.team_chunks) * plan.lanes;
-  const std::size_t staged_maps = sub_chunk_maps * plan.chunk_length;
   return sub_chunk_maps * map_size<D> + 2 * std::size_t(plan.lanes) * D +
-         (stages_windows<Structure, ExecSpace>(plan) ? staged_maps * map_size<D> + staged_maps / 16 + 1 : 0);
+         (stages_windows<Structure, ExecSpace>(plan) ? staged_maps_count<Structure>(plan) + staged_states_count<Structure>(plan)
+                                                     : 0);
 }
 
 } // namespace detail
@@ -344,6 +360,7 @@ struct SummarizeTag {}; // two passes: compose each chunk into its map
 struct CarryTag {};     // two passes: apply the chunk maps in order
 struct ApplyTag {};     // re-run the chunks from their entering states
 struct ChainedTag {};   // one pass: compose, look back and re-run
+struct StagedChainedTag {}; // the same for staged windows alone (OrderedScan::has_staged_kernel)
 
 // One team kernel of an OrderedScan: its launch and the team size its registers and scratch allow.
 // Defined out of line (not inline) so that a compiled instance can hold each kernel in a
@@ -372,6 +389,13 @@ class OrderedScan {
   static constexpr int ReadAhead = std::clamp(32 / MapSize, 1, 8);
   // A batch of step maps for a thread's row: [step][row][map].
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
+  // Recurrences whose step maps are read from memory (no step_map: linear_scan's Views) run staged
+  // windows in a one-pass kernel of their own, StagedChainedTag, free of the per-thread step
+  // batches: a diagonal float scan's needs 64 registers there against 108 (nvcc 13.0, sm_90), so an
+  // SM holds twice the teams. Recurrences that compute their maps (the Newton scans) keep a single
+  // one-pass kernel, which holds their compile time down.
+  static constexpr bool has_staged_kernel =
+      Batch > 0 && !requires(const Recurrence& rec, Acc* map) { rec.template step_map<D>(0, 0, 0, map); };
 
 public:
   using execution_space = ExecSpace;
@@ -402,7 +426,13 @@ public:
       carries_ = buffer("paraseq::segment_states", per_chunk * segments * D);
       status_ = detail::zeroed_workspace_view<status_view>(space, "paraseq::chunk_status",
                                                            1 + std::size_t(G + segments) * shape_.batch * tiles_);
-      launch<ChainedTag>(space, "paraseq::scan_single_pass", std::size_t(shape_.batch) * tiles_ * G, apply_scratch_bytes());
+      const std::size_t league = std::size_t(shape_.batch) * tiles_ * G;
+      if constexpr (has_staged_kernel)
+        if (staged()) {
+          launch<StagedChainedTag>(space, "paraseq::scan_single_pass_staged", league, apply_scratch_bytes());
+          return;
+        }
+      launch<ChainedTag>(space, "paraseq::scan_single_pass", league, apply_scratch_bytes());
       return;
     }
     if (G > 1) {
@@ -528,7 +558,14 @@ public:
   // most SegmentChunks - 1 chunk maps plus the segment maps back to a published state (a flat
   // look-back over 2^14 chunks of one channel went back about 270 chunks on the H200;
   // docs/performance.md).
-  KOKKOS_FUNCTION void operator()(ChainedTag, const member_type<ChainedTag>& team) const {
+  KOKKOS_FUNCTION void operator()(ChainedTag, const member_type<ChainedTag>& team) const { chained<false>(team); }
+  KOKKOS_FUNCTION void operator()(StagedChainedTag, const member_type<StagedChainedTag>& team) const {
+    chained<true>(team);
+  }
+
+private:
+  template <bool StagedOnly, class Member>
+  KOKKOS_FUNCTION void chained(const Member& team) const {
     const int teams_per_chunk = shape_.batch * tiles_;
     int ticket = 0;
     if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&status_(0), 1);
@@ -542,13 +579,17 @@ public:
     Acc* const maps = scratch.data();                                              // [P][lanes][MapSize]
     Acc* const entering = maps + std::size_t(plan_.team_chunks) * lanes * MapSize; // [lanes][D]
     Acc* const staging = entering + 2 * std::size_t(lanes) * D;                    // the window, if staged
+    StagedWindow<StagedOnly> window;
+    if (StagedOnly || staged()) window = {staging, staging + staged_maps_count<Structure>(plan_), begin};
 
     const int active = int(ceil_div(end - begin, L));
     const int first = begin + me.p * L, count = Kokkos::max(0, Kokkos::min(L, end - first));
-    const bool resident = Batch > 0 && count <= Batch;
+    // A staged window's maps stay in team scratch until the re-run, so that no thread holds its
+    // steps in registers through the look-back (the registers decide how many teams an SM holds).
+    const bool resident = !window.staged() && Batch > 0 && count <= Batch;
     StepMaps cached;
-    load_window(team, me, batch, tile, begin, end, first, count, resident, staging, cached);
-    compose_steps(me, batch, tile, first, count, resident, cached, maps);
+    load_window(team, me, batch, tile, end, first, count, resident, window, cached);
+    compose_steps(me, batch, tile, first, count, resident, cached, maps, window);
     team.team_barrier();
     scan_sub_chunks(team, me, maps);
 
@@ -612,14 +653,14 @@ public:
         if (known < 0) rec_.initial(batch, group, state[r]);
         else read_published(carries_.data() + published_index(batch, known, group) * D, D, state[r]);
       }
-    apply_published_maps(team, me, segment_maps_.data(), batch, tile, known + 1, segment - known - 1, staging, state);
+    apply_published_maps(team, me, segment_maps_.data(), batch, tile, known + 1, segment - known - 1, window, state);
     if (me.p == 0 && closes) // this team wrote G_s: no volatile read needed
       for (int r = 0; r < me.rows; ++r) {
         const int group = group_of(tile, me.first_lane + r);
         map_apply<Acc, D>(dim(), segment_maps_.data() + published_index(batch, segment, group) * MapSize, state[r],
                           carries_.data() + published_index(batch, segment, group) * D);
       }
-    apply_published_maps(team, me, chunk_maps_.data(), batch, tile, segment_first, chunk - segment_first, staging, state);
+    apply_published_maps(team, me, chunk_maps_.data(), batch, tile, segment_first, chunk - segment_first, window, state);
     if (me.p == 0) {
       // Bounded by Rows too: g++ 12 and 13 lose me.rows <= Rows here and warn (-Wstringop-overread)
       // of a copy past `state`.
@@ -634,19 +675,30 @@ public:
     if (count > 0) {
       Acc x[Rows][D];
       enter_sub_chunk(me, maps, entering, x);
-      run_steps(me, batch, tile, first, count, resident, cached, x, staged() ? staging : nullptr, begin);
+      run_steps(me, batch, tile, first, count, resident, cached, x, window);
     }
-    if (staged()) {
+    if (window.staged()) {
       team.team_barrier();
-      store_window(team, me, batch, tile, begin, end, staging);
+      store_window(team, me, batch, tile, end, window);
     }
   }
 
-private:
   // Where a thread works: sub-chunk p, and `rows` live groups of the tile from first_lane on (0
   // past the last group; such threads still meet every barrier).
   struct Thread {
     int p, first_lane, rows;
+  };
+
+  // A window staged through team scratch (stages_windows): its step maps, then its states, entry
+  // e = (step - first_step) * lanes + lane (staged_offset, staged_state_offset). Empty where
+  // windows are not staged. StagedOnly (the StagedChainedTag kernel): staged at compile time, so
+  // the kernel holds none of the per-thread step batches' code.
+  template <bool StagedOnly>
+  struct StagedWindow {
+    Acc* maps = nullptr;
+    Acc* states = nullptr;
+    int first_step = 0;
+    KOKKOS_FUNCTION bool staged() const { return StagedOnly || maps != nullptr; }
   };
 
   template <class Member>
@@ -747,26 +799,27 @@ private:
 
   // x (sub-chunk 0's rows) <- the maps that entries first .. first + count - 1 (chunks or segments)
   // published in `published`, applied in order; called by the whole team. Staged windows (few lanes,
-  // so long chains of chunks and long look-backs) first load the maps into team scratch together, a
-  // map per thread and up to a window's worth per round: one memory latency per round rather than
-  // one per few maps. Otherwise sub-chunk 0 reads them itself.
-  template <class Member>
+  // so long chains of chunks and long look-backs) first load the maps into team scratch together (the
+  // window's states' area, not yet used), a map per thread per round: one memory latency per round
+  // rather than one per few maps. Otherwise sub-chunk 0 reads them itself.
+  template <bool S, class Member>
   KOKKOS_FUNCTION void apply_published_maps(const Member& team, const Thread& me, const Acc* published, int batch,
-                                            int tile, int first, int count, Acc* staging, Acc (&x)[Rows][D]) const {
+                                            int tile, int first, int count, const StagedWindow<S>& window,
+                                            Acc (&x)[Rows][D]) const {
     if constexpr (Batch > 0)
-      if (staged()) {
+      if (window.staged()) {
         const int lanes = plan_.lanes, P = plan_.team_chunks, lane = team.team_rank() % lanes;
-        const int group = group_of(tile, lane), capacity = P * plan_.chunk_length;
-        for (int done = 0; done < count; done += capacity) {
-          const int n = Kokkos::min(capacity, count - done);
-          if (group < shape_.groups)
-            for (int k = me.p; k < n; k += P)
-              read_published(published + published_index(batch, first + done + k, group) * MapSize, MapSize,
-                             staging + staged_offset(k * lanes + lane));
+        const int group = group_of(tile, lane);
+        Acc* const loaded = window.states;
+        for (int done = 0; done < count; done += P) {
+          const int n = Kokkos::min(P, count - done);
+          if (group < shape_.groups && me.p < n)
+            read_published(published + published_index(batch, first + done + me.p, group) * MapSize, MapSize,
+                           loaded + staged_offset(me.p * lanes + lane));
           team.team_barrier();
           if (me.p == 0 && me.rows > 0)
             apply_maps_in_order(n, [&](int k, Acc* to) {
-              for (int i = 0; i < MapSize; ++i) to[i] = staging[staged_offset(k * lanes + lane) + i];
+              for (int i = 0; i < MapSize; ++i) to[i] = loaded[staged_offset(k * lanes + lane) + i];
             }, x[0]);
           team.team_barrier();
         }
@@ -811,53 +864,53 @@ private:
   KOKKOS_FUNCTION static std::size_t staged_offset(int e) { return std::size_t(e) * MapSize + e / 16; }
   KOKKOS_FUNCTION static std::size_t staged_state_offset(int e) { return std::size_t(e) * D + e / 16; }
 
-  // Fills `cached` with the thread's steps [first, first + count) of the window [window, window_end)
-  // when they stay resident (staged or per thread), or does nothing.
-  template <class Member>
-  KOKKOS_FUNCTION void load_window(const Member& team, const Thread& me, int batch, int tile, int window,
-                                   int window_end, int first, int count, bool resident, Acc* staging,
+  // A staged window: loads its maps [window.first_step, window_end) into team scratch (ends with a
+  // barrier). Otherwise fills `cached` with the thread's steps [first, first + count) when they stay
+  // resident, or does nothing.
+  template <bool S, class Member>
+  KOKKOS_FUNCTION void load_window(const Member& team, const Thread& me, int batch, int tile, int window_end,
+                                   int first, int count, bool resident, const StagedWindow<S>& window,
                                    StepMaps& cached) const {
     if constexpr (Batch > 0) {
       static_assert(Rows == 1, "paraseq::ordered_scan: step batches are for spaces with one group per thread");
-      if (!staged()) {
+      if (!window.staged()) {
         if (resident && count > 0) load_batch(me, batch, tile, first, count, cached);
         return;
       }
       // Thread (p, lane) loads steps p, p + P, ... of the window for its lane: at most L <= Batch
-      // maps. Clamped indices keep the loads unconditional, so they are issued together.
+      // maps, half of them at a time (a team of 256 threads keeps 2048 loads in flight, and the
+      // registers of the other half would cost teams per SM). Clamped indices keep the loads
+      // unconditional, so they are issued together.
       const int lanes = plan_.lanes, P = plan_.team_chunks, lane = team.team_rank() % lanes;
       const int group = Kokkos::min(group_of(tile, lane), shape_.groups - 1);
-      Acc loaded[Batch][MapSize];
-      PARASEQ_UNROLL
-      for (int j = 0; j < Batch; ++j)
-        load_step_map<Acc, D>(rec_, batch, Kokkos::min(window + me.p + j * P, window_end - 1), group, dim(), loaded[j]);
-      PARASEQ_UNROLL
-      for (int j = 0; j < Batch; ++j) {
-        const int step = me.p + j * P; // in the window
-        if (window + step < window_end)
-          for (int i = 0; i < MapSize; ++i) staging[staged_offset(step * lanes + lane) + i] = loaded[j][i];
-      }
-      team.team_barrier();
-      if (count > 0 && me.rows > 0) {
+      constexpr int InFlight = Kokkos::max(1, Batch / 2);
+      for (int done = 0; done < Batch; done += InFlight) {
+        Acc loaded[InFlight][MapSize];
         PARASEQ_UNROLL
-        for (int k = 0; k < Batch; ++k) {
-          const int e = (first - window + Kokkos::min(k, count - 1)) * lanes + me.first_lane;
-          for (int i = 0; i < MapSize; ++i) cached[k][0][i] = staging[staged_offset(e) + i];
+        for (int j = 0; j < InFlight; ++j)
+          load_step_map<Acc, D>(rec_, batch, Kokkos::min(window.first_step + me.p + (done + j) * P, window_end - 1), group,
+                                dim(), loaded[j]);
+        PARASEQ_UNROLL
+        for (int j = 0; j < InFlight; ++j) {
+          const int step = me.p + (done + j) * P; // in the window
+          if (window.first_step + step < window_end)
+            for (int i = 0; i < MapSize; ++i) window.maps[staged_offset(step * lanes + lane) + i] = loaded[j][i];
         }
       }
+      team.team_barrier();
     }
   }
 
-  // Stores the states of the staged window [window, window_end) from team scratch, as load_window
-  // loaded its maps: thread (p, lane) takes steps p, p + P, ... of its lane. Call after a barrier
-  // that follows the run.
-  template <class Member>
-  KOKKOS_FUNCTION void store_window(const Member& team, const Thread& me, int batch, int tile, int window,
-                                    int window_end, const Acc* staging) const {
+  // Stores the states of the staged window [window.first_step, window_end) from team scratch, as
+  // load_window loaded its maps: thread (p, lane) takes steps p, p + P, ... of its lane. Call after a
+  // barrier that follows the run.
+  template <bool S, class Member>
+  KOKKOS_FUNCTION void store_window(const Member& team, const Thread& me, int batch, int tile, int window_end,
+                                    const StagedWindow<S>& window) const {
     const int lanes = plan_.lanes, lane = team.team_rank() % lanes, group = group_of(tile, lane);
     if (group >= shape_.groups) return;
-    for (int step = me.p; window + step < window_end; step += plan_.team_chunks)
-      rec_.store(batch, window + step, group, staging + staged_state_offset(step * lanes + lane));
+    for (int step = me.p; window.first_step + step < window_end; step += plan_.team_chunks)
+      rec_.store(batch, window.first_step + step, group, window.states + staged_state_offset(step * lanes + lane));
   }
 
   // Calls body(step map, row, step) for steps [first, first + count) of the thread's row, in order,
@@ -879,11 +932,20 @@ private:
   }
 
   // Composes steps [first, first + count) of the thread's row into its maps in team scratch (the
-  // identity for count = 0); with `resident`, `cached` already holds them.
+  // identity for count = 0); with `resident`, `cached` already holds them, and a staged window holds
+  // them in team scratch.
+  template <bool S = false>
   KOKKOS_FUNCTION void compose_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
-                                     StepMaps& cached, Acc* maps) const {
+                                     StepMaps& cached, Acc* maps, const StagedWindow<S>& window = {}) const {
     for (int r = 0; r < me.rows; ++r) map_identity<Acc, D>(dim(), map_at(maps, me.p, me.first_lane + r));
     if constexpr (Batch > 0) {
+      if (window.staged()) {
+        if (me.rows > 0)
+          for (int s = first; s < first + count; ++s)
+            map_prepend<Acc, D>(dim(), window.maps + staged_offset((s - window.first_step) * plan_.lanes + me.first_lane),
+                                map_at(maps, me.p, me.first_lane));
+        return;
+      }
       for_cached_steps(me, batch, tile, first, count, resident, cached, [&](const Acc* step_map, int r, int) {
         map_prepend<Acc, D>(dim(), step_map, map_at(maps, me.p, me.first_lane + r));
       });
@@ -896,18 +958,26 @@ private:
   }
 
   // Runs steps [first, first + count) of the thread's row from x, storing every state; x ends as the
-  // last. With `resident`, `cached` already holds the steps' maps. With `staging`, the states go to
-  // the staged window that starts at step `window` (store_window stores them) instead.
+  // last. With `resident`, `cached` already holds the steps' maps. A staged window's maps are read
+  // from team scratch and its states go there (store_window stores them).
+  template <bool S = false>
   KOKKOS_FUNCTION void run_steps(const Thread& me, int batch, int tile, int first, int count, bool resident,
-                                 StepMaps& cached, Acc (&x)[Rows][D], Acc* staging = nullptr, int window = 0) const {
+                                 StepMaps& cached, Acc (&x)[Rows][D], const StagedWindow<S>& window = {}) const {
     Acc y[D];
     if constexpr (Batch > 0) {
+      if (window.staged()) {
+        if (me.rows > 0)
+          for (int s = first; s < first + count; ++s) {
+            const int e = (s - window.first_step) * plan_.lanes + me.first_lane;
+            map_apply<Acc, D>(dim(), window.maps + staged_offset(e), x[0], y);
+            for (int i = 0; i < dim(); ++i) window.states[staged_state_offset(e) + i] = x[0][i] = y[i];
+          }
+        return;
+      }
       for_cached_steps(me, batch, tile, first, count, resident, cached, [&](const Acc* step_map, int r, int step) {
         const int lane = me.first_lane + r;
         map_apply<Acc, D>(dim(), step_map, x[r], y);
-        if (staging)
-          for (int i = 0; i < dim(); ++i) staging[staged_state_offset((step - window) * plan_.lanes + lane) + i] = y[i];
-        else rec_.store(batch, step, group_of(tile, lane), y);
+        rec_.store(batch, step, group_of(tile, lane), y);
         for (int i = 0; i < dim(); ++i) x[r][i] = y[i];
       });
     } else {
@@ -980,6 +1050,9 @@ private:
       halve_team_chunks();
     }
     auto team_max = [&] {
+      if constexpr (has_staged_kernel)
+        if (plan_.single_pass && staged())
+          return ScanKernel<OrderedScan, StagedChainedTag>::team_size_max(space, *this, apply_scratch_bytes());
       if (plan_.single_pass) return ScanKernel<OrderedScan, ChainedTag>::team_size_max(space, *this, apply_scratch_bytes());
       int limit = ScanKernel<OrderedScan, ApplyTag>::team_size_max(space, *this, apply_scratch_bytes());
       if (plan_.time_chunks > 1)

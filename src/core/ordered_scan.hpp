@@ -27,8 +27,8 @@
 //     uses any of them, so R steps' loads are in flight together (a GPU thread that loads one step
 //     at a time waits on memory latency, far below the bandwidth). When a sub-chunk fits in one
 //     batch (the device plans' L = R), its maps stay in registers from the compose to the re-run,
-//     so each operand is read once. Hosts and Dense groups apply each step directly (see
-//     batch_steps).
+//     or in team scratch where the one-pass kernel stages its window, so each operand is read once.
+//     Hosts and Dense groups apply each step directly (see batch_steps).
 // With P = 1 and G = 1 this is the plain sequential-in-time loop, chosen when B x groups alone fills
 // the space: it reads the operands once and does no redundant work.
 //

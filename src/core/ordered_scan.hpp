@@ -391,8 +391,8 @@ class OrderedScan {
   using StepMaps = Acc[Batch > 0 ? Batch : 1][Rows][MapSize];
   // Recurrences whose step maps are read from memory (no step_map: linear_scan's Views) run staged
   // windows in a one-pass kernel of their own, StagedChainedTag, free of the per-thread step
-  // batches: a diagonal float scan's needs 64 registers there against 108 (nvcc 13.0, sm_90), so an
-  // SM holds twice the teams. Recurrences that compute their maps (the Newton scans) keep a single
+  // batches: a diagonal float scan's needs 64 registers there against 106 in the kernel with both
+  // paths (nvcc 13.0, sm_90), so an SM holds twice the teams. Recurrences that compute their maps (the Newton scans) keep a single
   // one-pass kernel, which holds their compile time down.
   static constexpr bool has_staged_kernel =
       Batch > 0 && !requires(const Recurrence& rec, Acc* map) { rec.template step_map<D>(0, 0, 0, map); };

@@ -1,4 +1,5 @@
-"""What only CUDA has: operands on two devices, agreement with the CPU kernels, PyTorch's current stream,
+"""What only CUDA has: operands on two devices, agreement with the CPU kernels (long sequences of few channels
+included: the one-pass kernels with staged windows), PyTorch's current stream,
 the general and the compiled paths (functions and cells of your own; the compiled one's extensions
 compiled by nvcc), packed sequences (cu_seqlens) on CUDA tensors against the CPU, ParaSLSTM's operator
 and the head GRU's team step against float64 loops.
@@ -50,6 +51,28 @@ def test_long_scans_of_few_channels_on_cuda_equal_cpu(structure, channels, k, re
     tolerance = 1e-12 if dtype == torch.float64 else 1e-4
     assert torch.allclose(on_cuda.cpu().double(), on_cpu, rtol=tolerance, atol=tolerance)
     assert torch.equal(linear_scan(*arguments), on_cuda)
+
+
+# The Newton mode's scans and its adjoint's over a long sequence of few channels run the one-pass
+# kernel with staged windows too (computed maps: the kernel with both paths), forward and backward.
+@pytest.mark.parametrize("hidden", [1, 2])
+def test_long_newton_solves_of_few_channels_on_cuda_equal_cpu_in_double(hidden):
+    from paraseq import NewtonConfig, ParaGRU, newton_apply
+
+    torch.manual_seed(0)
+    cell = ParaGRU(3, hidden).to(torch.float64)
+    x = torch.rand(1, 3 * 2 ** 15 + 5, 3, dtype=torch.float64) - 0.5
+    config = NewtonConfig(max_iters=4, residual_fail=None, scan_backend="newton")
+    results = []
+    for device in ("cpu", "cuda"):
+        cell = cell.to(device)
+        x_d = x.to(device).requires_grad_()
+        h = newton_apply(cell, x_d, config)
+        grads = torch.autograd.grad(h.square().sum(), [x_d] + list(cell.parameters()))
+        results.append([h.detach().cpu()] + [g.cpu() for g in grads])
+    assert all(torch.isfinite(r).all() for r in results[0])
+    for on_cuda, on_cpu in zip(results[1], results[0]):
+        assert torch.allclose(on_cuda, on_cpu, rtol=1e-9, atol=1e-12)
 
 
 def test_runs_on_the_current_stream():

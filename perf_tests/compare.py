@@ -312,8 +312,9 @@ def compare_gru_layer(time_ms, device, shape, reps, peers):
 def compare_scan(time_ms, device, shapes, reps, peers):
     """paraseq's linear_scan against the peers' diagonal scans, forward and forward + backward (the gradients of
     sum(h * w) to A and b). A in [0.5, 0.99) keeps h bounded and log A (HGRN's gate) finite. Each peer gets its
-    inputs in its own layout, made before timing; its outputs are brought back for the checks."""
-    results = []
+    inputs in its own layout, made before timing; its outputs are brought back for the checks. Yields each entry as
+    it is measured, paraseq's first: a peer's compile (accelerated-scan's warp kernels compile when imported) cannot
+    keep them from the report."""
     for B, T, N in shapes:
         torch.manual_seed(2)
         A = 0.5 + 0.49 * torch.rand(B, T, N, device=device)
@@ -323,13 +324,13 @@ def compare_scan(time_ms, device, shapes, reps, peers):
         forward, backward = {"workload": "scan_forward", **shape}, {"workload": "scan_forward_backward", **shape}
         with torch.no_grad():
             reference = paraseq.linear_scan(A, b)
-            results.append(measure(time_ms, {**forward, "implementation": "paraseq linear_scan"},
-                                   lambda: paraseq.linear_scan(A, b), reps))
+            yield measure(time_ms, {**forward, "implementation": "paraseq linear_scan"},
+                          lambda: paraseq.linear_scan(A, b), reps)
         leaves = (A.clone().requires_grad_(), b.clone().requires_grad_())
         scan_gradients = lambda: torch.autograd.grad((paraseq.linear_scan(*leaves) * w).sum(), leaves)  # noqa: E731
         reference_gradients = scan_gradients()
-        results.append(measure(time_ms, {**backward, "implementation": "paraseq linear_scan"}, scan_gradients, reps))
-        results.append({**forward, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * B * T * N})
+        yield measure(time_ms, {**backward, "implementation": "paraseq linear_scan"}, scan_gradients, reps)
+        yield {**forward, "implementation": "HBM floor (read A, b, write h)", "bytes": 12 * B * T * N}
 
         def peer_scan(peer, module_name, implementation, scan, inputs, w_in_layout, h_back, gradients_back):
             """scan(module, *inputs) -> h in the peer's layout; h_back(h) and gradients_back(gradients of inputs)
@@ -339,35 +340,34 @@ def compare_scan(time_ms, device, shapes, reps, peers):
                 return
             tag = {"implementation": implementation, **peers.tag(peer)}
             with torch.no_grad():
-                results.append(measure(time_ms, {**forward, **tag}, lambda: scan(module, *inputs), reps, lambda h: {
-                    "max_abs_diff_to_paraseq": max_abs_diff(h_back(h), reference)}))
+                yield measure(time_ms, {**forward, **tag}, lambda: scan(module, *inputs), reps, lambda h: {
+                    "max_abs_diff_to_paraseq": max_abs_diff(h_back(h), reference)})
             peer_leaves = [t.clone().requires_grad_() for t in inputs]
             gradients = lambda: torch.autograd.grad((scan(module, *peer_leaves) * w_in_layout).sum(), peer_leaves)  # noqa: E731
-            results.append(measure(time_ms, {**backward, **tag}, gradients, reps, lambda g: {
-                "max_abs_diff_to_paraseq": max(max_abs_diff(x, r) for x, r in zip(gradients_back(g), reference_gradients))}))
+            yield measure(time_ms, {**backward, **tag}, gradients, reps, lambda g: {
+                "max_abs_diff_to_paraseq": max(max_abs_diff(x, r) for x, r in zip(gradients_back(g), reference_gradients))})
 
         # pararnn-torch: its Triton operator pararnn::scan_diag, which has no autograd (its gradients go through
         # newton_apply); on the CPU also its eager Blelloch scan, its path there.
         same = lambda t: t  # noqa: E731
         for backend in ("triton",) + (("eager",) if device == "cpu" else ()):
-            peer_scan("pararnn-torch", "pararnn.solvers.scan", f"pararnn-torch scan_diag ({backend})",
+            yield from peer_scan("pararnn-torch", "pararnn.solvers.scan", f"pararnn-torch scan_diag ({backend})",
                       lambda module, *inputs: module.scan_diag(*inputs, backend=backend), (A, b), w, same, tuple)
         # accelerated-scan takes [B, N, T] (time last). warp (CUDA C++, compiled when imported) takes a power-of-two
         # 32 <= T <= 65536 and refuses other T; scalar (Triton) any T; ref (its PyTorch reference) runs on the CPU.
         gates, tokens, w_time_last = (t.transpose(1, 2).contiguous() for t in (A, b, w))
         time_back = lambda t: t.transpose(1, 2)  # noqa: E731
         for kind in ("warp", "scalar") + (("ref",) if device == "cpu" else ()):
-            peer_scan("accelerated-scan", f"accelerated_scan.{kind}", f"accelerated-scan {kind}",
+            yield from peer_scan("accelerated-scan", f"accelerated_scan.{kind}", f"accelerated-scan {kind}",
                       lambda module, *inputs: module.scan(*inputs), (gates, tokens), w_time_last, time_back,
                       lambda g: tuple(map(time_back, g)))
         # flash-linear-attention's HGRN kernels: h_t = exp(g_t) h_{t-1} + x_t, so x = b, g = log A and dA = dg / A.
         log_A = A.log()
         for kernel in ("chunk_hgrn", "fused_recurrent_hgrn"):
-            peer_scan("flash-linear-attention", "fla.ops.hgrn", f"flash-linear-attention {kernel}",
+            yield from peer_scan("flash-linear-attention", "fla.ops.hgrn", f"flash-linear-attention {kernel}",
                       lambda module, *inputs: getattr(module, kernel)(*inputs)[0], (b, log_A), w, same,
                       lambda g: (g[1] / A, g[0]))
         del A, b, w, leaves, reference, reference_gradients, gates, tokens, w_time_last, log_A
-    return results
 
 
 # --- ParaGRU with head-block recurrence (mix="head"): dense d_head x d_head blocks per head.

@@ -194,7 +194,6 @@ def packed(backend):
 
 
 def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
-    results = []
     for B, T, H in shapes:
         torch.manual_seed(0)
         a = (torch.rand(3, H, device=device) - 0.5)  # |a| <= 0.5
@@ -206,24 +205,24 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
             agrees = lambda h: {"max_abs_diff_to_paraseq_sequential": max_abs_diff(h, reference)}  # noqa: E731
             for backend in ("sequential", "fused", "one_pass", "scan", "auto"):
                 solve = lambda: torch.ops.paraseq.para_gru(u, a, None, packed(backend), False)[0]  # noqa: E731
-                results.append(measure(time_ms, {**forward, "implementation": f"paraseq {backend}"}, solve, reps, agrees))
-            results.append(measure(time_ms, {**forward, "implementation": "PyTorch eager Newton K=3 (doubling scan)"},
-                                   lambda: gru_eager_newton(a, u), reps, agrees))
+                yield measure(time_ms, {**forward, "implementation": f"paraseq {backend}"}, solve, reps, agrees)
+            yield measure(time_ms, {**forward, "implementation": "PyTorch eager Newton K=3 (doubling scan)"},
+                          lambda: gru_eager_newton(a, u), reps, agrees)
             if B * T <= sequential_up_to:
-                results.append(measure(time_ms, {**forward, "implementation": "PyTorch sequential loop"},
-                                       lambda: gru_sequential(a, u), 1, agrees))
+                yield measure(time_ms, {**forward, "implementation": "PyTorch sequential loop"},
+                              lambda: gru_sequential(a, u), 1, agrees)
             # The seed library's fused Newton operator on the same u and a: the same cell (cells.md), initial guess
             # f(0, u_t), K = 3 and no residual check.
             if peers.module("pararnn-torch", "pararnn", "pararnn-torch newton_gru_fused (Triton)", "gru_forward"):
                 fused = lambda: torch.ops.pararnn.newton_gru_fused(u, a[0], a[1], a[2], max_iters=3, omega=1.0)  # noqa: E731
-                results.append(measure(time_ms, {**forward, "implementation": "pararnn-torch newton_gru_fused (Triton)",
-                                                 **peers.tag("pararnn-torch")}, fused, reps, agrees))
+                yield measure(time_ms, {**forward, "implementation": "pararnn-torch newton_gru_fused (Triton)",
+                                        **peers.tag("pararnn-torch")}, fused, reps, agrees)
             del reference
             x = torch.randn(B, T, H, device=device)
             gru = torch.nn.GRU(H, H, batch_first=True).to(device)
-            results.append(measure(time_ms, {**forward, "implementation": "torch.nn.GRU (cuDNN, dense recurrence)"
-                                             if device == "cuda" else "torch.nn.GRU (dense recurrence)"},
-                                   lambda: gru(x), reps))
+            yield measure(time_ms, {**forward, "implementation": "torch.nn.GRU (cuDNN, dense recurrence)"
+                                    if device == "cuda" else "torch.nn.GRU (dense recurrence)"},
+                          lambda: gru(x), reps)
             del x, gru
         # Forward + backward: paraseq's operator with autograd, against the eager Newton's autograd.
         u_grad, a_grad = u.clone().requires_grad_(), a.clone().requires_grad_()
@@ -233,15 +232,14 @@ def compare_gru(time_ms, device, shapes, reps, sequential_up_to, peers):
             def forward_backward():
                 h = torch.ops.paraseq.para_gru(u_grad, a_grad, None, packed(backend), False)[0]
                 return torch.autograd.grad((h * weight).sum(), (u_grad, a_grad))
-            results.append(measure(time_ms, {**backward, "implementation": f"paraseq {backend}"}, forward_backward, reps))
-        results.append(measure(time_ms, {**backward, "implementation": "PyTorch eager Newton K=3, autograd"},
-                               lambda: torch.autograd.grad((gru_eager_newton(a_grad, u_grad) * weight).sum(),
-                                                           (u_grad, a_grad)), reps))
+            yield measure(time_ms, {**backward, "implementation": f"paraseq {backend}"}, forward_backward, reps)
+        yield measure(time_ms, {**backward, "implementation": "PyTorch eager Newton K=3, autograd"},
+                      lambda: torch.autograd.grad((gru_eager_newton(a_grad, u_grad) * weight).sum(),
+                                                  (u_grad, a_grad)), reps)
         floor_bytes = 16 * B * T * H  # read u (3 floats), write h (1 float) per element
-        results.append({**forward, "implementation": "HBM floor (read u, write h)", "bytes": floor_bytes})
+        yield {**forward, "implementation": "HBM floor (read u, write h)", "bytes": floor_bytes}
         del u, u_grad, weight
-        results += compare_gru_layer(time_ms, device, shape, reps, peers)
-    return results
+        yield from compare_gru_layer(time_ms, device, shape, reps, peers)
 
 
 def compare_gru_layer(time_ms, device, shape, reps, peers):
@@ -264,15 +262,15 @@ def compare_gru_layer(time_ms, device, shape, reps, peers):
     paraseq_gradients = lambda: torch.autograd.grad((paraseq_layer(*leaves) * weight).sum(), leaves)  # noqa: E731
     with torch.no_grad():
         reference = paraseq_layer(x, W, bias, a)
-        results = [measure(time_ms, {**forward, "implementation": "paraseq auto"}, lambda: paraseq_layer(x, W, bias, a),
-                           reps)]
+        yield measure(time_ms, {**forward, "implementation": "paraseq auto"}, lambda: paraseq_layer(x, W, bias, a),
+                      reps)
     reference_gradients = paraseq_gradients()
-    results.append(measure(time_ms, {**backward, "implementation": "paraseq auto"}, paraseq_gradients, reps))
+    yield measure(time_ms, {**backward, "implementation": "paraseq auto"}, paraseq_gradients, reps)
 
     name = "pararnn-torch newton_apply"
     pararnn = peers.module("pararnn-torch", "pararnn", name, forward["workload"], backward["workload"])
     if pararnn is None:
-        return results
+        return
     # The same cell: no clamp of a (pararnn's default clamps it to [-0.5, 0.5], which these a already satisfy).
     cell = pararnn.ParaGRU(H, H, max_recurrent_norm=None, device=device)
     with torch.no_grad():
@@ -300,11 +298,9 @@ def compare_gru_layer(time_ms, device, shape, reps, peers):
 
     tag = peers.tag("pararnn-torch")
     with torch.no_grad():
-        results.append(measure(time_ms, {**forward, "implementation": name, **tag},
-                               lambda: pararnn.newton_apply(cell, x, config), reps, agrees))
-    results.append(measure(time_ms, {**backward, "implementation": name, **tag}, pararnn_gradients, reps,
-                           gradients_agree))
-    return results
+        yield measure(time_ms, {**forward, "implementation": name, **tag},
+                      lambda: pararnn.newton_apply(cell, x, config), reps, agrees)
+    yield measure(time_ms, {**backward, "implementation": name, **tag}, pararnn_gradients, reps, gradients_agree)
 
 
 # --- Diagonal linear recurrences h_t = A_t h_{t-1} + b_t (h_{-1} = 0) on [B, T, N].
@@ -690,29 +686,28 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
     ends = torch.tensor([0.0, t_end], dtype=torch.float64)
     shape = {"N": N, "steps": steps}
     fixed, adaptive = {"workload": "rk4_fixed", **shape}, {"workload": "dopri5_adaptive", **shape}
-    results = []
     with torch.no_grad():
         oscillators = paraseq.fields.DampedOscillator(k, c)
         run = lambda: paraseq.odeint(oscillators, y0, ends, method="rk4", step_size=dt)[-1]  # noqa: E731
         reference = run()
-        results.append(measure(time_ms, {**fixed, "implementation": "paraseq odeint rk4"}, run, reps))
+        yield measure(time_ms, {**fixed, "implementation": "paraseq odeint rk4"}, run, reps)
         to_paraseq = lambda y: {"max_abs_diff_to_paraseq": max_abs_diff(y, reference)}  # noqa: E731
         to_rk4 = lambda y: {"max_abs_diff_to_rk4_dt_0.01": max_abs_diff(y, reference)}  # noqa: E731
-        results.append(measure(time_ms, {**fixed, "implementation": "PyTorch eager RK4 loop"},
-                               lambda: rk4_loop(field, y0, dt, steps), 1, to_paraseq))
-        results.append(measure(time_ms, {**adaptive, "implementation": "paraseq odeint dopri5"},
-                               lambda: paraseq.odeint(oscillators, y0, ends, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
-                               reps, to_rk4))
+        yield measure(time_ms, {**fixed, "implementation": "PyTorch eager RK4 loop"},
+                      lambda: rk4_loop(field, y0, dt, steps), 1, to_paraseq)
+        yield measure(time_ms, {**adaptive, "implementation": "paraseq odeint dopri5"},
+                      lambda: paraseq.odeint(oscillators, y0, ends, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
+                      reps, to_rk4)
         t = ends.to(device=device, dtype=y0.dtype)
         torchdiffeq = peers.module("torchdiffeq", "torchdiffeq", "torchdiffeq", "rk4_fixed", "dopri5_adaptive")
         if torchdiffeq is not None:
             tag = peers.tag("torchdiffeq")
-            results.append(measure(time_ms, {**fixed, "implementation": "torchdiffeq rk4", **tag},
-                                   lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
-                                   1, to_paraseq))
-            results.append(measure(time_ms, {**adaptive, "implementation": "torchdiffeq dopri5", **tag},
-                                   lambda: torchdiffeq.odeint(field, y0, t, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
-                                   1, to_rk4))
+            yield measure(time_ms, {**fixed, "implementation": "torchdiffeq rk4", **tag},
+                          lambda: torchdiffeq.odeint(field, y0, t, method="rk4", options={"step_size": dt})[-1],
+                          1, to_paraseq)
+            yield measure(time_ms, {**adaptive, "implementation": "torchdiffeq dopri5", **tag},
+                          lambda: torchdiffeq.odeint(field, y0, t, method="dopri5", rtol=1e-6, atol=1e-8)[-1],
+                          1, to_rk4)
         # torchode steps each trajectory on its own, as paraseq does. It has no RK4: the fixed-step workload runs
         # its Tsit5 (5th order) at the same dt, as diffrax's does.
         torchode = peers.module("torchode", "torchode", "torchode", "rk4_fixed", "dopri5_adaptive")
@@ -720,15 +715,15 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
             tag = peers.tag("torchode")
             term = torchode.ODETerm(field)
             dt0 = torch.full((N,), dt, device=device, dtype=y0.dtype)
-            results.append(measure(time_ms, {**fixed, "implementation": "torchode Tsit5, constant dt 0.01", **tag},
-                                   lambda: torchode.solve_ivp(term, y0, t, method="tsit5", dt0=dt0,
-                                                              controller=torchode.FixedStepController()).ys[:, -1],
-                                   reps, to_rk4))
+            yield measure(time_ms, {**fixed, "implementation": "torchode Tsit5, constant dt 0.01", **tag},
+                          lambda: torchode.solve_ivp(term, y0, t, method="tsit5", dt0=dt0,
+                                                     controller=torchode.FixedStepController()).ys[:, -1],
+                          reps, to_rk4)
             controller = torchode.IntegralController(atol=1e-8, rtol=1e-6, term=term)
-            results.append(measure(time_ms, {**adaptive, "implementation": "torchode Dopri5 + integral controller",
-                                             **tag},
-                                   lambda: torchode.solve_ivp(term, y0, t, method="dopri5", controller=controller).ys[:, -1],
-                                   reps, to_rk4))
+            yield measure(time_ms, {**adaptive, "implementation": "torchode Dopri5 + integral controller",
+                                    **tag},
+                          lambda: torchode.solve_ivp(term, y0, t, method="dopri5", controller=controller).ys[:, -1],
+                          reps, to_rk4)
 
         # The seed's compiled-loop approach: the loop unrolled into one graph, compiled with fullgraph.
         short = {"N": N, "steps": compiled_steps}
@@ -736,7 +731,7 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
         run_short = lambda: paraseq.odeint(oscillators, y0, short_ends, method="rk4", step_size=dt)[-1]
         ms, _ = time_ms(run_short, reps)
         short_reference = run_short()
-        results.append({"workload": "rk4_fixed", **short, "implementation": "paraseq odeint rk4", "ms": ms})
+        yield {"workload": "rk4_fixed", **short, "implementation": "paraseq odeint rk4", "ms": ms}
         compiled = torch.compile(lambda y: rk4_loop(field, y, dt, compiled_steps), fullgraph=True, dynamic=False)
         begin = time.perf_counter()
         compiled(y0)
@@ -744,13 +739,12 @@ def compare_ode(time_ms, device, N, steps, compiled_steps, reps, peers):
             torch.cuda.synchronize()
         cold_s = time.perf_counter() - begin
         ms, _ = time_ms(lambda: compiled(y0), reps)
-        results.append({"workload": "rk4_fixed", **short, "implementation": "torch.compile unrolled RK4 loop", "ms": ms,
-                        "cold_compile_s": cold_s,
-                        "max_abs_diff_to_paraseq": float((compiled(y0) - short_reference).abs().max())})
+        yield {"workload": "rk4_fixed", **short, "implementation": "torch.compile unrolled RK4 loop", "ms": ms,
+               "cold_compile_s": cold_s,
+               "max_abs_diff_to_paraseq": float((compiled(y0) - short_reference).abs().max())}
         ms, _ = time_ms(lambda: rk4_loop(field, y0, dt, compiled_steps), reps)
-        results.append({"workload": "rk4_fixed", **short, "implementation": "PyTorch eager RK4 loop", "ms": ms})
-    results.extend(diffrax_in_subprocess(N, steps, reps))
-    return results
+        yield {"workload": "rk4_fixed", **short, "implementation": "PyTorch eager RK4 loop", "ms": ms}
+    yield from diffrax_in_subprocess(N, steps, reps)
 
 
 # --- Functions and cells of your own: the compiled and the general path against the built-in equivalent and the
@@ -1016,8 +1010,8 @@ def main():
             if "bytes" in entry:
                 entry["ms"] = entry["bytes"] / (report["copy_GBps"] * 1e9) * 1e3
             results.append(entry)
-            # Saved after every entry (the head, packed and user sections yield them one at a time): a run
-            # stopped by a time limit keeps what it measured.
+            # Saved after every entry (every section yields them one at a time): a run stopped by a time
+            # limit keeps what it measured.
             save()
         save()  # with the peers that a section found missing after its last entry
     for entry in report["results"]:

@@ -55,6 +55,19 @@ def seeded():
     torch.manual_seed(0)
 
 
+def assert_steps_reproduce_the_solve(cell, x, initials, backends):
+    """Decoding with cell.step from each initial state (None: zero) reproduces, step by step, what
+    newton_apply solved over x with T iterations of each backend (exact after T of them)."""
+    T = x.shape[1]
+    for initial in initials:
+        for backend in backends:
+            solved = paraseq.newton_apply(cell, x, paraseq.NewtonConfig(max_iters=T, scan_backend=backend), h0=initial)
+            state = initial
+            for t in range(T):
+                state = cell.step(state, x[:, t])
+                torch.testing.assert_close(state, solved[:, t], rtol=1e-12, atol=1e-12)
+
+
 def graph_break_count(fn, *args):
     torch._dynamo.reset()
     return torch._dynamo.explain(fn)(*args).graph_break_count

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import graph_break_count
+from conftest import assert_steps_reproduce_the_solve, graph_break_count
 from paraseq import (NewtonConfig, NewtonDivergenceError, ParaGRU, ParaLSTM, compile_safe_config, newton_apply)
 
 
@@ -675,13 +675,7 @@ def test_gru_step_decodes_what_newton_apply_solved(device):
     T = 20
     x = torch.rand(3, T, 4, dtype=torch.float64, device=device) * 3 - 1.5
     h0 = torch.rand(3, 6, dtype=torch.float64, device=device) - 0.5
-    for initial in (h0, None):
-        for backend in ("newton", "fused"):  # Newton on T steps is exact after T iterations
-            solved = newton_apply(cell, x, NewtonConfig(max_iters=T, scan_backend=backend), h0=initial)
-            h = initial
-            for t in range(T):
-                h = cell.step(h, x[:, t])
-                torch.testing.assert_close(h, solved[:, t], rtol=1e-12, atol=1e-12)
+    assert_steps_reproduce_the_solve(cell, x, (h0, None), ("newton", "fused"))
     torch.testing.assert_close(gru_loop(cell, x[:, :1], h0)[:, 0], cell.step(h0, x[:, 0]), rtol=1e-14, atol=1e-14)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from conftest import graph_break_count
+from conftest import assert_steps_reproduce_the_solve, graph_break_count
 from paraseq import NewtonConfig, NewtonDivergenceError, ParaSLSTM, compile_safe_config, newton_apply
 
 EPS = 1e-6
@@ -65,14 +65,7 @@ def test_step_and_sequential_are_the_loop_and_the_clamp_applies():
 def test_step_decodes_what_newton_apply_solved(device):
     cell, x, h0 = case(B=3, T=20)
     cell, x, h0 = cell.to(device), x.to(device), h0.to(device)
-    T = x.shape[1]
-    for initial in (h0, None):
-        for backend in ("sequential", "newton"):  # Newton on T steps is exact after T iterations
-            solved = newton_apply(cell, x, NewtonConfig(max_iters=T, scan_backend=backend), h0=initial)
-            state = initial
-            for t in range(T):
-                state = cell.step(state, x[:, t])
-                torch.testing.assert_close(state, solved[:, t], rtol=1e-12, atol=1e-12)
+    assert_steps_reproduce_the_solve(cell, x, (h0, None), ("sequential", "newton"))
     # Leading dimensions: none (one sequence) and two.
     expected = loop_of(cell, x[:, :1], h0)[:, 0]
     torch.testing.assert_close(cell.step(h0[1], x[1, 0]), expected[1], rtol=0, atol=1e-14)

@@ -89,6 +89,8 @@ function(paraseq_instance out_declaration out_definition out_scan kind type spac
     set(body "run_project_inputs_backward(space, x, W, du, dW, dbias, dx);")
   elseif(kind STREQUAL "newton_fused")
     set(instantiation "Kokkos::View<int, ${space}::memory_space> paraseq::detail::fused_newton<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${out3}, ${in2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
+  elseif(kind STREQUAL "newton_one_pass_adjoint")
+    set(instantiation "Kokkos::View<${type}**, Kokkos::LayoutRight, ${space}::memory_space> paraseq::detail::one_pass_adjoint<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${in3}, ${in2}, ${in3}, ${out3}, ${out2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
   elseif(kind MATCHES "^newton_scan")
     set(structure "${cell}::structure")
     set(quasi false)
@@ -240,7 +242,8 @@ function(paraseq_generate_instances sources_var)
       endforeach()
       foreach(cell IN LISTS PARASEQ_ETI_CELLS)
         list(APPEND entries "newton|newton_solve|${cell}" "newton|newton_fused|${cell}" "newton|newton_scan|${cell}"
-             "backward|newton_backward|${cell}" "backward|newton_adjoint_scan|${cell}")
+             "backward|newton_backward|${cell}" "backward|newton_adjoint_scan|${cell}"
+             "backward|newton_one_pass_adjoint|${cell}")
         # A diagonal cell's quasi Jacobian is its exact one.
         if(NOT cell STREQUAL "ParaGRU")
           list(APPEND entries "newton|newton_scan_quasi|${cell}")
@@ -267,8 +270,9 @@ function(paraseq_generate_instances sources_var)
         # on a device, where each piece takes longer, a direction's scans of the diagonal and block
         # structures, Dense's in both directions, or a cell's solve and backward pieces together.
         # The head GRU's fused kernel and solve (dense maps of up to 32 x 32) have units of their
-        # own, its scans' and backward's entry pieces one together. The kernels of a device scan that
-        # take tens of seconds each have units of their own (below).
+        # own, its scans' and backward's entry pieces one together; every cell's one-pass adjoint
+        # has a unit of its own. The kernels of a device scan that take tens of seconds each have
+        # units of their own (below).
         if(group STREQUAL "projection") # three small GEMMs and two reductions
           set(unit projection_${space_name})
         elseif(space MATCHES "Serial|OpenMP|Threads")
@@ -283,6 +287,8 @@ function(paraseq_generate_instances sources_var)
           else()
             set(unit ${kind}_Diagonal_BlockDiagonal_${type}_${space_name})
           endif()
+        elseif(kind STREQUAL "newton_one_pass_adjoint")
+          set(unit ${name})
         elseif(subject STREQUAL "ParaGRUHeads")
           if(kind MATCHES "^newton_(solve|fused)$")
             set(unit ${name})

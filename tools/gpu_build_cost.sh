@@ -29,8 +29,8 @@
 # user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
 # comparisons, PARASEQ_BENCH=0 leaves the target benchmarks out (PARASEQ_BENCH_HEADS=0 only the head
 # GRU's), PARASEQ_EXTENSION_COMPILE=0 the first use, PARASEQ_PYTEST_CUDA_SECONDS (default 480; 0 leaves it out) limits
-# test_cuda.py and PARASEQ_PYTEST_CUDA_FILTER picks its tests (pytest -k), and PARASEQ_SCAN_SHAPES replaces the scan
-# section's shapes (compare.py --scan-shapes).
+# test_cuda.py and PARASEQ_PYTEST_CUDA_FILTER picks its tests (pytest -k), and PARASEQ_SCAN_SHAPES and
+# PARASEQ_GRU_SHAPES replace the scan and gru sections' shapes (compare.py --scan-shapes, --gru-shapes).
 # BASELINE_TAR, a `git archive` of an earlier commit, has its benchmark binary built beside the
 # tests (its build time is not measured) and measured between two runs of this tree's, on the idle
 # host: bench-baseline.json, then bench-again.json.
@@ -131,20 +131,24 @@ fi
 # processes share, one compile at a time. pytest-timeout's limit per test makes a hung test fail
 # with its stack; the overall limit interrupts pytest (SIGINT, as Ctrl-C), which then still prints
 # the messages of the failures so far and the short summary (-rf), before a SIGKILL 60 s later.
+# The rest of the Python suite's tests that take a device, on CUDA alone (their ids hold "cuda"):
+# decoding steps, packed sequences, the modules and the loops, as CI runs them on the CPU
+# (PARASEQ_PYTEST_DEVICE_SECONDS, default 0: left out; pytest-device.log), beside test_cuda.py.
+if [[ ${PARASEQ_PYTEST_DEVICE_SECONDS:-0} != 0 ]]; then
+  PARASEQ_TEST_DEVICES=cuda PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" \
+    PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" timeout -s INT -k 60 "$PARASEQ_PYTEST_DEVICE_SECONDS" \
+    python3 -m pytest -q -rf -n 4 -p no:cacheprovider --timeout 360 -k "cuda" --ignore="$repo/python/tests/test_cuda.py" \
+    "$repo/python/tests" >"$out/pytest-device.log" 2>&1 &
+  device_tests_pid=$!
+fi
 if [[ ${PARASEQ_PYTEST_CUDA_SECONDS:-480} != 0 ]]; then
   PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout -s INT -k 60 "${PARASEQ_PYTEST_CUDA_SECONDS:-480}" python3 -m pytest -v -rf -n 4 -p no:cacheprovider --timeout 360 \
     ${PARASEQ_PYTEST_CUDA_FILTER:+-k "$PARASEQ_PYTEST_CUDA_FILTER"} "$repo/python/tests/test_cuda.py" >"$out/pytest-cuda.log" 2>&1 || true
   tail -n 3 "$out/pytest-cuda.log"
 fi
-# The rest of the Python suite's tests that take a device, on CUDA alone (their ids hold "cuda"):
-# decoding steps, packed sequences, the modules and the loops, as CI runs them on the CPU
-# (PARASEQ_PYTEST_DEVICE_SECONDS, default 0: left out; pytest-device.log).
-if [[ ${PARASEQ_PYTEST_DEVICE_SECONDS:-0} != 0 ]]; then
-  PARASEQ_TEST_DEVICES=cuda PARASEQ_TORCH_LIBRARY="$build/src/adapters/torch/libparaseq_torch.so" \
-    PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" timeout -s INT -k 60 "$PARASEQ_PYTEST_DEVICE_SECONDS" \
-    python3 -m pytest -q -rf -n 4 -p no:cacheprovider --timeout 360 -k "cuda" --ignore="$repo/python/tests/test_cuda.py" \
-    "$repo/python/tests" >"$out/pytest-device.log" 2>&1 || true
+if [[ -n ${device_tests_pid:-} ]]; then
+  wait "$device_tests_pid" || true
   tail -n 3 "$out/pytest-device.log"
 fi
 if [[ -n ${ctest_pid:-} ]]; then
@@ -192,7 +196,7 @@ compare() { # section time_limit_seconds [compare.py arguments]
 }
 for section in ${PARASEQ_COMPARE_SECTIONS-gru scan user sweep head packed slstm decode}; do
   case $section in
-  gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes 16x4096x1024,1x65536x256,1x1048576x64,4x262144x128 ;;
+  gru) compare gru "${PARASEQ_COMPARE_SECONDS:-300}" --gru-shapes "${PARASEQ_GRU_SHAPES:-16x4096x1024,1x65536x256,1x1048576x64,4x262144x128}" ;;
   scan) compare scan "${PARASEQ_COMPARE_SECONDS:-300}" ${PARASEQ_SCAN_SHAPES:+--scan-shapes "$PARASEQ_SCAN_SHAPES"} ;;
   user) compare user "${PARASEQ_COMPARE_SECONDS:-300}" --user-parts "${PARASEQ_USER_PARTS:-cell,field}" ;;
   *) compare "$section" "${PARASEQ_COMPARE_SECONDS:-240}" ;;

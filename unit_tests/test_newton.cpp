@@ -57,8 +57,12 @@ std::vector<NewtonConfig> backward_configs() {
                                     with_mode(NewtonMode::newton, ScanConfig{1, 7, 5, TimeSplit::single_pass}),
                                     with_mode(NewtonMode::fused),
                                     with_mode(NewtonMode::fused, {}, 16), with_mode(NewtonMode::sequential)};
+  // The one-pass adjoint: windows of 3 steps (several in every problem, the last one short).
+  configs.push_back(with_mode(NewtonMode::one_pass, {}, 3));
   if (const int threads = shared_window_threads<Space>(); threads > 1) {
     configs.push_back(with_mode(NewtonMode::fused, {}, 40));
+    configs.back().fused_team_threads = threads;
+    configs.push_back(with_mode(NewtonMode::one_pass, {}, 40));
     configs.back().fused_team_threads = threads;
   }
   return configs;

@@ -1,10 +1,14 @@
 // The one-pass Newton mode (newton_one_pass.hpp) with ParaGRU and ParaLSTM (2 x 2 blocks): against
 // the newton mode after the same iterations (the same mathematics, so equal to rounding, also
 // before convergence), against the float64 sequential loop once converged, bitwise repeatable,
-// over sequences of many windows, shorter than one window and of one step; on every enabled space.
+// over sequences of many windows, shorter than one window and of one step; its adjoint
+// (newton_one_pass_adjoint.hpp) against the newton mode's (a reverse scan, then the local products)
+// and bitwise repeatable; on every enabled space. test_newton.cpp checks the adjoint against finite
+// differences and the float64 reverse-mode loop.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
 
 #include "newton_test_problems.hpp"
 #include "test_support.hpp"
@@ -109,6 +113,76 @@ TYPED_TEST(NewtonOnePass, RepeatedSolvesAreBitwiseEqual) {
       newton_solve(Space{}, problem.cell(), problem.u, again, config);
       const auto result = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, again);
       EXPECT_EQ(std::memcmp(expected.data(), result.data(), expected.span() * sizeof(float)), 0);
+    }
+  }
+}
+
+// The one-pass adjoint against the newton mode's at the same converged h (relative 1e-12): dL/du,
+// the parameters' gradient and dL/dh0, for loss <g, h>.
+template <class Space, class Problem>
+void check_one_pass_gradients(const Problem& problem, int N, int param_count, unsigned seed) {
+  const int B = int(problem.u.extent(0)), T = int(problem.u.extent(1)), U = int(problem.u.extent(2));
+  View3<double, Space> h("h", B, T, N), g("g", B, T, N), du_newton("du_newton", B, T, U), du("du", B, T, U);
+  View2<double, Space> h0("h0", B, N), dh0_newton("dh0_newton", B, N), dh0("dh0", B, N);
+  View1<double, Space> dparams_newton("dparams_newton", param_count), dparams("dparams", param_count);
+  fill_uniform(h0, -0.5, 0.5, seed);
+  fill_uniform(g, -1, 1, seed + 1);
+  NewtonConfig solve = with_mode(NewtonMode::newton);
+  solve.max_iters = 10;
+  newton_solve(Space{}, problem.cell(), problem.u, h, solve, h0);
+  newton_backward(Space{}, problem.cell(), problem.u, h, g, du_newton, dparams_newton, h0, dh0_newton,
+                  with_mode(NewtonMode::newton));
+  const auto du_expected = to_host(du_newton);
+  const auto dparams_expected = to_host(dparams_newton);
+  const auto dh0_expected = to_host(dh0_newton);
+  for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
+    SCOPED_TRACE(describe(config));
+    Kokkos::deep_copy(du, NAN);
+    Kokkos::deep_copy(dparams, NAN);
+    Kokkos::deep_copy(dh0, NAN);
+    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, dparams, h0, dh0, config);
+    EXPECT_LE(max_relative_error(du, du_expected), 1e-12);
+    EXPECT_LE(max_relative_error(dparams, dparams_expected), 1e-12);
+    EXPECT_LE(max_relative_error(dh0, dh0_expected), 1e-12);
+  }
+}
+
+TYPED_TEST(NewtonOnePass, GruGradientsMatchNewtonModeAdjoint) {
+  using Space = TypeParam;
+  for (int T_steps : {many_windows, window_steps - 5, 1}) {
+    SCOPED_TRACE("T=" + std::to_string(T_steps));
+    check_one_pass_gradients<Space>(GruProblem<double, Space>(3, T_steps, 70, 0.5, 93), 70, 3 * 70, 95);
+  }
+}
+
+TYPED_TEST(NewtonOnePass, LstmGradientsMatchNewtonModeAdjoint) {
+  using Space = TypeParam;
+  for (int T_steps : {many_windows, window_steps - 5, 1}) {
+    SCOPED_TRACE("T=" + std::to_string(T_steps));
+    check_one_pass_gradients<Space>(LstmProblem<double, Space>(2, T_steps, 37, 0.5, 97), 74, 5 * 37, 99);
+  }
+}
+
+// The adjoint's look-back stops at whichever later window has published its nu, and the parameter
+// rows of its windows are added in a fixed order: gradients must not depend on either.
+TYPED_TEST(NewtonOnePass, RepeatedGradientsAreBitwiseEqual) {
+  using Space = TypeParam;
+  const int B = 2, T = 64 * window_steps + 3, H = 33;
+  GruProblem<float, Space> problem(B, T, H, 0.5, 101, 1.5);
+  View3<float, Space> h("h", B, T, H), g("g", B, T, H), du("du", B, T, 3 * H), du_again("du_again", B, T, 3 * H);
+  View2<float, Space> dh0("dh0", B, H), dh0_again("dh0_again", B, H);
+  View1<float, Space> da("da", 3 * H), da_again("da_again", 3 * H);
+  fill_uniform(g, -1, 1, 103);
+  for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
+    SCOPED_TRACE(describe(config));
+    newton_solve(Space{}, problem.cell(), problem.u, h, config);
+    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, config);
+    for (int repeat = 0; repeat < 5; ++repeat) {
+      newton_backward(Space{}, problem.cell(), problem.u, h, g, du_again, da_again, ZeroInitialState{}, dh0_again,
+                      config);
+      EXPECT_TRUE(bitwise_equal(du, du_again));
+      EXPECT_TRUE(bitwise_equal(da, da_again));
+      EXPECT_TRUE(bitwise_equal(dh0, dh0_again));
     }
   }
 }

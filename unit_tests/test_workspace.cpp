@@ -172,7 +172,7 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
           newton_backward(Space{}, c.cell(), c.u, c.h, c.g, c.du, c.da, ZeroInitialState{}, NoGradient{}, config);
         },
         [&] { return snapshot(small.du, small.da); }, 0, 1,
-        newton || one_pass ? "paraseq::newton_adjoint" : "paraseq::newton_param_partials");
+        newton ? "paraseq::newton_adjoint" : one_pass ? "paraseq::newton_one_pass_adjoint" : "paraseq::newton_param_partials");
   }
 }
 

@@ -40,7 +40,7 @@ HEADERS = ("solvers/newton.hpp", "solvers/newton_backward.hpp", "adapters/torch/
 CUDA_FORWARD_FAMILIES = (("sequential", "sequential"), ("newton", "newton"), ("newton_quasi", "newton_quasi"),
                          ("fused", "fused"), ("one_pass", "one_pass"))
 CUDA_BACKWARD_FAMILIES = (("scan", "newton | paraseq::CompiledNewtonModes::newton_quasi"),
-                          ("fused", "fused | paraseq::CompiledNewtonModes::sequential"))
+                          ("fused", "fused | paraseq::CompiledNewtonModes::sequential"), ("one_pass", "one_pass"))
 
 
 def _instances(structure, split):
@@ -197,6 +197,7 @@ void run_backward(const paraseq::torch_bridge::NewtonTensors& tensors, const Spa
     chosen.mode = paraseq::torch_bridge::newton_mode_on<MakeUserCell, T>(backward_op, tensors, config, space);
     if (chosen.mode == paraseq::NewtonMode::newton)
       backward_family<CompiledNewtonModes::newton | CompiledNewtonModes::newton_quasi>(tensors, chosen, space);
+    else if (chosen.mode == paraseq::NewtonMode::one_pass) backward_family<CompiledNewtonModes::one_pass>(tensors, chosen, space);
     else backward_family<CompiledNewtonModes::fused | CompiledNewtonModes::sequential>(tensors, chosen, space);
   }} else {{
     backward_family<CompiledNewtonModes::all>(tensors, config, space);

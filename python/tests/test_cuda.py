@@ -195,6 +195,28 @@ def test_compiled_cells_on_cuda_equal_the_loop_and_the_general_path_in_double(ba
             torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
 
 
+# A cell of one's own with 64 groups, far fewer than the GPU's resident threads: the automatic mode
+# takes the one-pass kernel forward and backward (the one-pass adjoint, the extension's unit of its
+# one_pass family), over many windows of a 700-step sequence.
+def test_compiled_cell_with_many_groups_on_cuda_takes_the_one_pass_mode_both_ways():
+    from paraseq import NewtonConfig, newton_apply
+    from test_user_functions import DiagonalCell, cell_loop
+
+    torch.manual_seed(0)
+    cell = DiagonalCell(3, 64).to("cuda", torch.float64)
+    x = (torch.rand(1, 700, 3, dtype=torch.float64, device="cuda") - 0.5).requires_grad_()
+    h0 = (0.3 * torch.randn(1, 64, dtype=torch.float64, device="cuda")).requires_grad_()
+    h, stats = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, return_stats=True, compile=True)
+    general = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, compile=False)
+    assert stats.backend == "one_pass"
+    assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-10
+    inputs = [x, h0] + list(cell.parameters())
+    weight = torch.randn_like(h)
+    for got, wanted in zip(torch.autograd.grad((h * weight).sum(), inputs),
+                           torch.autograd.grad((general * weight).sum(), inputs)):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
 def test_compiled_cell_on_cuda_under_torch_compile_has_no_graph_break_and_equals_eager():
     from conftest import graph_break_count
     from paraseq import compile_safe_config, newton_apply

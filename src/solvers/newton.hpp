@@ -141,11 +141,9 @@ constexpr CompiledNewtonModes kernel_family(NewtonMode mode, NewtonJacobian jaco
                                                                                    : CompiledNewtonModes::newton;
 }
 
-// Whether Modes compiles the newton mode's scans for either Jacobian or the one-pass mode (the
-// adjoint's reverse scan).
+// Whether Modes compiles the newton mode's scans for either Jacobian (and the adjoint's reverse scan).
 constexpr bool compiles_newton_scans(CompiledNewtonModes set) {
-  return compiles(set, CompiledNewtonModes::newton) || compiles(set, CompiledNewtonModes::newton_quasi) ||
-         compiles(set, CompiledNewtonModes::one_pass);
+  return compiles(set, CompiledNewtonModes::newton) || compiles(set, CompiledNewtonModes::newton_quasi);
 }
 
 // The scan shape of a solve: B, T and the cell's groups.

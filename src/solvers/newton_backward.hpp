@@ -20,17 +20,22 @@
 //                      first and evaluates the cell's vector-Jacobian products as the adjoint
 //                      passes, so mu is never stored (sequential: one thread per group and window;
 //                      a cell with a team step: one team per group, SequentialTeamAdjoint)
+//   one_pass           the same windows taken by different teams at once, the nu entering each
+//                      found by a look-back through the later windows' published maps
+//                      (newton_one_pass_adjoint.hpp): u, h and g read once, du written once
 //   newton             one reverse ordered scan (config.scan) stores mu, then one kernel evaluates
 //                      the vector-Jacobian products at every (b, t, group)
-// Parameter sums are per thread (fused) or per run of t (newton) and are added in a fixed order, with
-// no atomics: the gradients are bitwise reproducible.
+// Parameter sums are per thread (fused), per window (one_pass) or per run of t (newton) and are
+// added in a fixed order (sum_partials), with no atomics: the gradients are bitwise reproducible.
 //
 // Memory. Saved between forward and backward: u and h (and h0), nothing else. Peak extra memory of
 // the backward: fused, B * P * param_count values of Acc (the per-thread parameter sums, P <= 16
-// threads per group; a cell with a team step in the sequential mode, B * param_count); newton, mu
-// (B*T*N values of h's type), runs * param_count values of Acc (runs <= B * 64) and the ordered
-// scan's chunk buffers, at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks
-// (0 when G = 1).
+// threads per group; a cell with a team step in the sequential mode, B * param_count); one_pass,
+// ceil(T / W) * B * param_count values of Acc (a row per window of W steps, the fused plan's) and
+// ceil(T / W) * B * groups * (d^2 + 2d) for the windows' maps and nus; newton, mu (B*T*N values of
+// h's type), runs * param_count values of Acc (runs <= B * 64) and the ordered scan's chunk buffers,
+// at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks (0 when G = 1). More than
+// 64 rows of parameter sums add ceil(rows / 64) * param_count values of Acc.
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
@@ -40,6 +45,7 @@
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_fused_adjoint.hpp>
 #include <paraseq/solvers/newton_kernels.hpp>
+#include <paraseq/solvers/newton_one_pass_adjoint.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Profiling_ScopedRegion.hpp>
@@ -240,8 +246,10 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
   partial_view partial;
   const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, acc_t>(newton_backward_fn, space, config, shape);
   constexpr bool fused_adjoint = compiles(Modes, CompiledNewtonModes::fused) || compiles(Modes, CompiledNewtonModes::sequential);
-  // The one-pass mode's adjoint is the newton mode's: one reverse scan (itself one pass on devices).
-  if (mode == NewtonMode::sequential && has_team_step<Cell>) {
+  if (mode == NewtonMode::one_pass) {
+    if constexpr (compiles(Modes, CompiledNewtonModes::one_pass))
+      partial = one_pass_adjoint<acc_t>(space, cell, u, h, h0, g, du, dh0, config, shape);
+  } else if (mode == NewtonMode::sequential && has_team_step<Cell>) {
     if constexpr (compiles(Modes, CompiledNewtonModes::sequential) && has_team_step<Cell>) {
       using team_t = SequentialTeamAdjoint<acc_t, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
       partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B, cell.param_count());
@@ -253,7 +261,7 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
         Kokkos::parallel_for("paraseq::newton_sequential_adjoint_teams", policy,
                              team_t{cell, u, h, h0, g, du, partial, dh0, int(T), shape.groups, d, sums_in_level1});
     }
-  } else if (mode != NewtonMode::newton && mode != NewtonMode::one_pass) {
+  } else if (mode != NewtonMode::newton) {
     if constexpr (fused_adjoint) {
       FusedPlan plan = plan_fused<Cell, acc_t>(space, shape, config);
       if (mode == NewtonMode::sequential) plan.team_chunks = 1, plan.window = plan.chunk_length;
@@ -284,8 +292,7 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
                          Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * runs * shape.groups),
                          local_t{cell, u, trajectory, mu, du, partial, int(T), shape.groups, d, runs, run_length});
   }
-  Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, cell.param_count()),
-                       SumPartials<partial_view, DParamView>{partial, dparams});
+  sum_partials(space, partial, dparams);
 }
 
 // The adjoint recurrence of the compiled instances (cmake/paraseqInstances.cmake).

@@ -52,7 +52,7 @@ enum class CompiledNewtonModes : unsigned {
   newton = 2,       // NewtonMode::newton with the exact Jacobian, and the adjoint's reverse scan
   newton_quasi = 4, // NewtonMode::newton with NewtonJacobian::quasi (a diagonal scan), same adjoint
   fused = 8,        // NewtonMode::fused, forward and adjoint
-  one_pass = 16,    // NewtonMode::one_pass (newton_one_pass.hpp), and the adjoint's reverse scan
+  one_pass = 16,    // NewtonMode::one_pass, forward and adjoint (newton_one_pass.hpp, newton_one_pass_adjoint.hpp)
   all = 31,
 };
 

@@ -44,6 +44,22 @@ struct AdjointStep {
   }
 };
 
+// How an adjoint window learns the nu entering it at its end (the hooks of FusedAdjoint::run_window).
+// The fused mode's: a team walks its windows from the last to the first, and each window's first
+// thread hands the nu leaving it to the window before it in its lane's carry. The one-pass mode
+// (OnePassAdjointChain, below) replaces it by a look-back across teams.
+struct AdjointWindowsInOrder {
+  static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
+  // After the compose barrier: the lane's carry holds the nu entering the window (here: already).
+  template <class Member, class MapOf, class Acc>
+  KOKKOS_INLINE_FUNCTION void enter(const Member&, const FusedThread&, const MapOf&, int, int, Acc*) const {}
+  // `nu` leaves the window's first step (its first thread, after the team's last read of the carry).
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void leave(const Acc* nu, int d, Acc* carry) const {
+    for (int i = 0; i < d; ++i) carry[i] = nu[i];
+  }
+};
+
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
           class PartialView, class DH0View>
 struct FusedAdjoint {
@@ -71,86 +87,100 @@ struct FusedAdjoint {
     return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * MapSize + D);
   }
 
-  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const int d = fused_group_size<Cell>(shape);
-    const int lanes = plan.lanes, P = plan.team_chunks;
-    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
-    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
+  // The team's scratch as `me` sees it: the threads' maps and its lane's carry.
+  struct Scratch {
+    Acc* maps;
+    Acc* carry;
+  };
+  KOKKOS_INLINE_FUNCTION Scratch scratch_of(const member_type& team, const FusedThread& me) const {
     scratch_view scratch(team.team_scratch(0), scratch_count());
-    Acc* const maps = scratch.data();
-    Acc* const carry = maps + std::size_t(P) * lanes * MapSize + lane * D;
-    auto map_of = [&](int q) { return maps + (std::size_t(q) * lanes + lane) * MapSize; };
+    return {scratch.data(), scratch.data() + std::size_t(plan.team_chunks) * plan.lanes * MapSize + me.lane * D};
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const FusedThread me = fused_thread(team, plan, tiles, shape.groups);
+    const Scratch shared = scratch_of(team, me);
+    const int d = fused_group_size<Cell>(shape);
+    Acc sums[Params] = {};
+    if (me.live && me.p == 0)
+      for (int i = 0; i < d; ++i) shared.carry[i] = Acc(0); // nu_T
+    for (int w = int(ceil_div(shape.steps, plan.window)) - 1; w >= 0; --w)
+      run_window(team, me, shared, w * plan.window, AdjointWindowsInOrder{}, sums);
+    if (me.live)
+      for (int k = 0; k < cell.params_per_group(); ++k)
+        partial(std::size_t(me.b) * plan.team_chunks + me.p, cell.param_index(me.g, k)) = sums[k];
+  }
+
+  // Runs the window that begins at `start`: writes its dL/du (and dL/dh0 in the first window) and
+  // adds this thread's parameter terms to `sums`. `chain` says what nu enters the window.
+  template <class Chain>
+  KOKKOS_INLINE_FUNCTION void run_window(const member_type& team, const FusedThread& me, const Scratch& shared,
+                                         int start, const Chain& chain, Acc* sums) const {
+    const int d = fused_group_size<Cell>(shape);
+    const int lane = me.lane, p = me.p, b = me.b, g = me.g;
+    auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
+    const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
+    const int active = chunk.active, first = chunk.first, count = chunk.count;
+    const bool working = me.live && count > 0;
 
     // This thread's chunk: inputs, the state before each step and dL/dh of each step.
     Acc in[Capacity][Inputs], before[Capacity][D], grad[Capacity][D];
-    Acc sums[Params] = {};
-
-    if (me.live && p == 0)
-      for (int i = 0; i < d; ++i) carry[i] = Acc(0); // nu_T
-    const int windows = int(ceil_div(shape.steps, plan.window));
-    for (int w = windows - 1; w >= 0; --w) {
-      const int start = w * plan.window;
-      const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
-      const int active = chunk.active, first = chunk.first, count = chunk.count;
-      const bool working = me.live && count > 0;
-      if (working) {
-        PARASEQ_UNROLL
-        for (int s = 0; s < Capacity; ++s) {
-          if (s >= count) continue; // unrolled: a guard, not a loop exit
-          gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
-          // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
-          const int t = first + s;
-          if (t == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
-          else
-            for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, t - 1, g * d + i));
-          for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
-        }
-      }
-      // Compose, latest step first. The first thread's map is never used.
-      if (working && p > 0) {
-        Acc map[MapSize];
-        map_identity<Acc, D>(d, map);
-        PARASEQ_UNROLL
-        for (int s = Capacity - 1; s >= 0; --s) {
-          if (s >= count) continue;
-          Acc f[D], J[D * D];
-          repeated_linearize(cell, g, before[s], in[s], f, J);
-          map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
-        }
-        for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
-      }
-      team.team_barrier();
-      // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
-      Acc nu[D];
-      if (working) {
-        Acc next[D];
-        for (int i = 0; i < d; ++i) nu[i] = carry[i];
-        for (int q = active - 1; q > p; --q) {
-          map_apply<Acc, D>(d, map_of(q), nu, next);
-          for (int i = 0; i < d; ++i) nu[i] = next[i];
-        }
-        PARASEQ_UNROLL
-        for (int s = Capacity - 1; s >= 0; --s) {
-          if (s >= count) continue;
-          Acc mu[D], du_step[Inputs], dp[Params];
-          for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
-          repeated_vjp(cell, g, before[s], in[s], mu, nu, du_step, dp);
-          for (int k = 0; k < cell.inputs_per_group(); ++k)
-            du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
-          for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
-        }
-      }
-      // Everyone has read the carry and the maps before the first thread hands its nu on.
-      team.team_barrier();
-      if (working && p == 0) {
-        for (int i = 0; i < d; ++i) carry[i] = nu[i];
-        if constexpr (!std::is_same_v<DH0View, NoGradient>)
-          if (start == 0 && dh0.data())
-            for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
+    if (working) {
+      PARASEQ_UNROLL
+      for (int s = 0; s < Capacity; ++s) {
+        if (s >= count) continue; // unrolled: a guard, not a loop exit
+        gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
+        // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
+        const int t = first + s;
+        if (t == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
+        else
+          for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, t - 1, g * d + i));
+        for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
       }
     }
-    if (me.live)
-      for (int k = 0; k < cell.params_per_group(); ++k) partial(std::size_t(b) * P + p, cell.param_index(g, k)) = sums[k];
+    // Compose, latest step first. The first thread's map is used only as part of the window's.
+    if (working && (p > 0 || Chain::needs_window_map)) {
+      Acc map[MapSize];
+      map_identity<Acc, D>(d, map);
+      PARASEQ_UNROLL
+      for (int s = Capacity - 1; s >= 0; --s) {
+        if (s >= count) continue;
+        Acc f[D], J[D * D];
+        repeated_linearize(cell, g, before[s], in[s], f, J);
+        map_push_step<Acc, D>(AdjointStep<Acc, D>{J, grad[s], d}, 0, 0, 0, d, map);
+      }
+      for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
+    }
+    team.team_barrier();
+    chain.enter(team, me, map_of, active, d, shared.carry);
+    // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
+    Acc nu[D];
+    if (working) {
+      Acc next[D];
+      for (int i = 0; i < d; ++i) nu[i] = shared.carry[i];
+      for (int q = active - 1; q > p; --q) {
+        map_apply<Acc, D>(d, map_of(q), nu, next);
+        for (int i = 0; i < d; ++i) nu[i] = next[i];
+      }
+      PARASEQ_UNROLL
+      for (int s = Capacity - 1; s >= 0; --s) {
+        if (s >= count) continue;
+        Acc mu[D], du_step[Inputs], dp[Params];
+        for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
+        repeated_vjp(cell, g, before[s], in[s], mu, nu, du_step, dp);
+        for (int k = 0; k < cell.inputs_per_group(); ++k)
+          du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
+        for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
+      }
+    }
+    // Everyone has read the carry and the maps before the first thread hands its nu on.
+    team.team_barrier();
+    if (working && p == 0) {
+      chain.leave(nu, d, shared.carry);
+      if constexpr (!std::is_same_v<DH0View, NoGradient>)
+        if (start == 0 && dh0.data())
+          for (int i = 0; i < d; ++i) dh0(b, g * d + i) = typename DH0View::value_type(nu[i]);
+    }
   }
 };
 

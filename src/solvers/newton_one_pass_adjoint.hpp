@@ -1,0 +1,184 @@
+#pragma once
+// The one-pass mode's adjoint (see newton_backward.hpp): the fused adjoint's windows
+// (newton_fused_adjoint.hpp, FusedAdjoint::run_window) taken by different teams at once, as the
+// one-pass forward takes the forward's (newton_one_pass.hpp).
+//
+// The adjoint nu_t = J_t^T (g_t + nu_{t+1}), nu_T = 0, is one affine recurrence backwards in time
+// at the converged trajectory, so a window needs one thing from the windows after it: the nu
+// entering its last step. A team owns one window, one batch element and one tile of groups; it
+// reads the window's u, h and g once, composes its threads' maps into the window's map
+// nu_in -> nu_out and publishes it (status 1), looks back to the nearest later window that has
+// published the nu leaving it (status 2; look_back_to_state of core/ordered_scan.hpp), applies the
+// maps of the windows in between one by one and publishes the nu leaving its own first step
+// (status 2). Then it re-runs its steps from that nu as the fused adjoint does and writes du once.
+// Every published nu is its window's map applied to the later window's nu, wherever a look-back
+// stopped: the result is bitwise reproducible. Teams take windows in the order they start (a
+// ticket, from the last window to the first), so every window a team waits for belongs to a team
+// that has started: the waits end on GPUs and with OpenMP.
+//
+// Parameter sums: the team adds its threads' sums in thread order, one row per window and batch
+// element; newton_backward adds the rows in a fixed order (sum_partials). No atomics.
+// Memory traffic: u, h and g read once, du written once, plus per window one map and one nu of
+// every group and the window's parameter row.
+
+#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/workspace.hpp>
+#include <paraseq/solvers/newton_fused.hpp>
+#include <paraseq/solvers/newton_fused_adjoint.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+
+namespace paraseq::detail {
+
+// The one-pass adjoint's chain for one team (window, batch element, tile). Windows are numbered in
+// the order the adjoint runs them: order 0 is the sequence's last window.
+template <class Acc, int D>
+struct OnePassAdjointChain {
+  static constexpr bool needs_window_map = true;
+  static constexpr int MapSize = map_size<D>;
+
+  Acc* maps;     // [windows][B][groups][MapSize], by order: window maps nu_in -> nu_out
+  Acc* nus;      // [windows][B][groups][D], by order: the nu leaving each window's first step
+  int* statuses; // after the ticket: [windows][B][tiles]
+  int batch, groups, tiles;
+  int order, b, tile; // this team's
+
+  KOKKOS_INLINE_FUNCTION std::size_t values_at(int at, const FusedThread& me, int size) const {
+    return ((std::size_t(at) * batch + b) * groups + me.g) * size;
+  }
+  KOKKOS_INLINE_FUNCTION int* status(int at) const { return statuses + 1 + (std::size_t(at) * batch + b) * tiles + tile; }
+
+  // The nu entering the window, into every lane's carry: the window's map is the composition of
+  // its threads' maps, the last thread's first (it meets nu first).
+  template <class Member, class MapOf>
+  KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const MapOf& map_of, int active, int d,
+                                    Acc* carry) const {
+    const bool folds = me.live && me.p == 0;
+    Acc fold[MapSize];
+    if (folds) {
+      for (int i = 0; i < MapSize; ++i) fold[i] = map_of(active - 1)[i];
+      for (int q = active - 2; q >= 0; --q) map_prepend<Acc, D>(d, map_of(q), fold);
+      if (order > 0) {
+        Acc* published = maps + values_at(order, me, MapSize);
+        for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+        Kokkos::memory_fence(); // the map is visible before the status that announces it
+      }
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0 && order > 0) Kokkos::atomic_store(status(order), 1);
+    const int known = order > 0 ? look_back_to_state(team, order - 1, [&](int at) { return status(at); }) : -1;
+    if (folds) {
+      Acc nu[D], map[MapSize], next[D];
+      for (int i = 0; i < d; ++i) nu[i] = Acc(0); // nu_T
+      if (known >= 0) read_published_values(nus + values_at(known, me, D), D, nu);
+      for (int at = known + 1; at < order; ++at) {
+        read_published_values(maps + values_at(at, me, MapSize), MapSize, map);
+        map_apply<Acc, D>(d, map, nu, next);
+        for (int i = 0; i < d; ++i) nu[i] = next[i];
+      }
+      map_apply<Acc, D>(d, fold, nu, nus + values_at(order, me, D));
+      Kokkos::memory_fence();
+      for (int i = 0; i < d; ++i) carry[i] = nu[i];
+    }
+    team.team_barrier();
+    if (team.team_rank() == 0) Kokkos::atomic_store(status(order), 2);
+  }
+  // Nothing to hand on: the window's leaving nu is published above.
+  KOKKOS_INLINE_FUNCTION void leave(const Acc*, int, Acc*) const {}
+};
+
+// The kernel: a team per (window, batch element, tile), in ticket order from the last window, each
+// running its window with FusedAdjoint's machinery and OnePassAdjointChain, then writing its
+// window's parameter row.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
+          class DH0View>
+struct OnePassAdjoint {
+  using partial_view = Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  using core_type = FusedAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
+  using member_type = typename core_type::member_type;
+  using chain_type = OnePassAdjointChain<Acc, core_type::D>;
+  static constexpr int MapSize = core_type::MapSize;
+
+  core_type core;   // core.partial: [windows * B, cell.param_count()], row window * B + b
+  FusedPlan plan;   // core.plan (launch_fused reads it here)
+  chain_type chain; // the workspace; order, b and tile are set per team
+  Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
+
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    int ticket = 0;
+    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&statuses(0), 1);
+    team.team_broadcast(ticket, 0);
+    const int per_window = core.shape.batch * core.tiles, team_index = ticket % per_window;
+    const FusedThread me = fused_thread(team, plan, core.tiles, core.shape.groups, team_index);
+    chain_type mine = chain;
+    mine.order = ticket / per_window;
+    mine.b = me.b;
+    mine.tile = team_index % core.tiles;
+    const int window = int(ceil_div(core.shape.steps, plan.window)) - 1 - mine.order;
+    const typename core_type::Scratch shared = core.scratch_of(team, me);
+    Acc sums[core_type::Params] = {};
+    core.run_window(team, me, shared, window * plan.window, mine, sums);
+    // The lanes' threads add their sums in thread order, MapSize terms at a time through their map
+    // slots (run_window's last barrier ended every read of them).
+    const std::size_t row = std::size_t(window) * core.shape.batch + me.b;
+    auto slot_of = [&](int p) { return shared.maps + (std::size_t(p) * plan.lanes + me.lane) * MapSize; };
+    const int params = core.cell.params_per_group();
+    for (int k0 = 0; k0 < params; k0 += MapSize) {
+      if (me.live)
+        for (int k = k0; k < Kokkos::min(params, k0 + MapSize); ++k) slot_of(me.p)[k - k0] = sums[k];
+      team.team_barrier();
+      if (me.live && me.p == 0)
+        for (int k = k0; k < Kokkos::min(params, k0 + MapSize); ++k) {
+          Acc sum = Acc(0);
+          for (int p = 0; p < plan.team_chunks; ++p) sum += slot_of(p)[k - k0];
+          core.partial(row, core.cell.param_index(me.g, k)) = sum;
+        }
+      team.team_barrier();
+    }
+  }
+};
+
+// Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
+// [windows * B, cell.param_count()], for sum_partials.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
+          class DH0View>
+Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>
+one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
+                 const GView& g, const DUView& du, const DH0View& dh0, const NewtonConfig& config,
+                 const ScanShape& shape) {
+  using functor_type = OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View>;
+  using partial_view = typename functor_type::partial_view;
+  using memory_space = typename ExecSpace::memory_space;
+  constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize;
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
+  const int tiles = int(ceil_div(shape.groups, plan.lanes));
+  const Iterate<HView, H0View> trajectory{h, h0, shape.group_size};
+  auto functor_for = [&](const FusedPlan& chosen, const partial_view& partial, Acc* values,
+                         const Kokkos::View<int*, memory_space>& statuses) {
+    const std::size_t entries = std::size_t(ceil_div(shape.steps, chosen.window)) * shape.batch * shape.groups;
+    typename functor_type::chain_type chain{values, values + entries * MapSize, statuses.data(), shape.batch,
+                                            shape.groups, tiles, 0, 0, 0};
+    return functor_type{{cell, u, trajectory, g, du, partial, dh0, chosen, shape, tiles}, chosen, chain, statuses};
+  };
+  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, {}, nullptr, {}));
+  const int windows = int(ceil_div(shape.steps, plan.window));
+  const auto partial = zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials",
+                                                           std::size_t(windows) * shape.batch, cell.param_count());
+  if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return partial;
+  // One workspace for every window: maps and leaving nus of every group (cached: core/workspace.hpp),
+  // and the statuses, zeroed for every call.
+  const std::size_t entries = std::size_t(windows) * shape.batch;
+  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass_adjoint",
+                                                                      entries * shape.groups * (MapSize + D));
+  const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
+      space, "paraseq::newton_one_pass_adjoint_status", 1 + entries * tiles);
+  launch_fused<Acc>("paraseq::newton_one_pass_adjoint", space, int(entries) * tiles,
+                    functor_for(plan, partial, values.data(), statuses));
+  return partial;
+}
+
+} // namespace paraseq::detail

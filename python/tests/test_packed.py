@@ -387,7 +387,10 @@ solve(x, h0, torch.tensor([0, 3, 4, 4, 10, 10], dtype=torch.int32, device="cuda"
     # Without max_seqlen the padded length is read from cu_seqlens' values: a graph break (.item()).
     unbounded = lambda x, h0, cu_seqlens: newton_apply(cell, x, cfg, h0=h0, cu_seqlens=cu_seqlens)
     assert graph_break_count(unbounded, x, h0, cu_seqlens) >= 1
-    assert torch.equal(torch.compile(unbounded, backend="aot_eager")(x, h0, cu_seqlens), unbounded(x, h0, cu_seqlens))
+    # Compiled, the padded length comes after the break; the solve is eager mode's to rounding (on CUDA the
+    # automatic mode may pick another kernel for the once-padded batch than for eager mode's groups).
+    torch.testing.assert_close(torch.compile(unbounded, backend="aot_eager")(x, h0, cu_seqlens),
+                               unbounded(x, h0, cu_seqlens), rtol=1e-12, atol=1e-15)
 
 
 def test_without_max_seqlen_captured_scalars_compile_one_graph(device):

@@ -72,7 +72,9 @@ class NewtonConfig:
         ("scan", its former name, is still accepted); "fused" one kernel with windows on chip;
         "sequential" the loop over t; "one_pass" the newton mode's iterations in one kernel, all
         windows at once (exact Jacobian, no Picard sweeps, no residual_atol; "auto" picks it on
-        CUDA for long sequences with few channels, docs/solvers.md).
+        CUDA for long sequences with few channels, docs/solvers.md). The backward's kernel is the
+        automatic rule's for the shape whatever the forward's backend (its adjoint is the same at
+        the converged states; docs/solvers.md, "Backward").
     jacobian : {"exact", "quasi"}
         The Jacobian of each Newton iteration's linear solve (the C++ NewtonJacobian). "exact": the
         cell's structured Jacobian (quadratic convergence). "quasi": only its diagonal (quasi-DEER):

@@ -70,9 +70,10 @@ def test_lstm_matches_the_loop_in_double(device, backend):
     assert (cell.sequential(x) - h_ref).abs().max() <= 1e-14
 
 
-def test_gradients_match_the_loop_in_double(device):
-    for cell in (ParaGRU(4, 6, config=NewtonConfig(max_iters=5)).to(device, torch.float64),
-                 ParaLSTM(4, 6, config=NewtonConfig(max_iters=6)).to(device, torch.float64)):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_match_the_loop_in_double(device, backend):
+    for cell in (ParaGRU(4, 6, config=NewtonConfig(max_iters=5, scan_backend=backend)).to(device, torch.float64),
+                 ParaLSTM(4, 6, config=NewtonConfig(max_iters=6, scan_backend=backend)).to(device, torch.float64)):
         x = small_inputs(cell, B=2, T=20).requires_grad_()
         weight = torch.randn(2, 20, 6, dtype=torch.float64, device=device)
         loop = gru_loop if isinstance(cell, ParaGRU) else (lambda cell, x: lstm_loop(cell, x)[0])

@@ -4,7 +4,9 @@
 // most of a unit's nvcc time): batched loops in fp32 over N = 2^10, 2^16, 2^20 trajectories of state size
 // n = 2 (damped oscillators, the anchors' workload), 8 and 32 (y' = A y with a shared stable A),
 // for 128 and 1000 steps of 0.01 (adaptive: over the same interval, rtol 1e-6, atol 1e-8),
-// forward and forward+gradient, fused and stepped.
+// forward (gradient:0) and forward+gradient (gradient:1: solve_with_gradient; adaptive also
+// gradient:2: solve_with_gradient given the step counts of a solve() run before the timing, as
+// paraseq.odeint's backward runs it after its forward), fused and stepped.
 //
 // Counters: bytes are the compulsory traffic (read y0 and the parameters, write the final state;
 // the gradient also reads its cotangent and writes the gradients); flops count the field and
@@ -32,11 +34,11 @@ inline constexpr double dt = 0.01;
 // Parameters of the benchmark's arguments; checkpoint_interval 0 is the default ceil(sqrt(steps)).
 struct Case {
   int N, n, steps;
-  bool gradient, stepped;
+  bool gradient, counted_before, stepped;
   int checkpoint_interval;
   Case(const benchmark::State& state, int checkpoint_interval_)
       : N(1 << state.range(0)), n(int(state.range(1))), steps(int(state.range(2))), gradient(state.range(3) != 0),
-        stepped(state.range(4) != 0), checkpoint_interval(checkpoint_interval_) {}
+        counted_before(state.range(3) == 2), stepped(state.range(4) != 0), checkpoint_interval(checkpoint_interval_) {}
 };
 
 // Accepted and rejected steps of all trajectories.
@@ -81,6 +83,12 @@ void run_case(benchmark::State& state, const Case& c, const Problem& problem, do
     }
   }();
 
+  // gradient:2: the step counts of a forward solve, as SolveOptions::accepted_steps.
+  ode::Report<memory> forward_report;
+  if (c.counted_before) {
+    forward_report = ode::solve(Space{}, Method{}, problem, steps, ode::final_state(y1), options);
+    options.accepted_steps = forward_report.accepted.data();
+  }
   long attempts = -1; // counted on the first call, outside the timed ones
   auto work = [&](const Space& space) {
     const auto report =
@@ -125,10 +133,15 @@ void run_method(benchmark::State& state, int checkpoint_interval = 0) {
   }
 }
 
-// The arguments of rk4_fixed and dopri5_adaptive.
+// The arguments of rk4_fixed and dopri5_adaptive (gradient:2, adaptive steps only: given the
+// forward's step counts).
 inline void grid(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"log2N", "n", "steps", "gradient", "stepped"})
       ->ArgsProduct({{10, 16, 20}, {2, 8, 32}, {128, 1000}, {0, 1}, {0, 1}});
+}
+inline void adaptive_grid(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"log2N", "n", "steps", "gradient", "stepped"})
+      ->ArgsProduct({{10, 16, 20}, {2, 8, 32}, {128, 1000}, {0, 1, 2}, {0, 1}});
 }
 
 } // namespace paraseq::bench::rk

@@ -8,6 +8,6 @@ namespace {
 using namespace paraseq::bench::rk;
 
 void dopri5_adaptive(benchmark::State& state) { run_method<ode::DormandPrince5>(state); }
-PARASEQ_BENCHMARK(dopri5_adaptive)->Apply(grid);
+PARASEQ_BENCHMARK(dopri5_adaptive)->Apply(adaptive_grid);
 
 } // namespace

@@ -31,7 +31,7 @@ import sys
 # The quick suite: the ceilings and every benchmark at 2^22 elements or fewer; under 2 minutes on 2 cores.
 QUICK_FILTER = (r"ceiling_|log2BN:(0/log2T:22|6/log2T:16|10/log2T:12|14/log2T:8)/|log2B:0/log2T:16|log2B:6/log2T:12"
                 r"|gru_forward(_backward)?/B:1/T:262144/H:1/"
-                r"|(rk4_fixed|dopri5_adaptive)/log2N:10/n:2/steps:128/gradient:[01]/stepped:0")
+                r"|(rk4_fixed|dopri5_adaptive)/log2N:10/n:2/steps:128/gradient:[012]/stepped:0")
 COPY_CEILINGS = ("ceiling_copy", "ceiling_copy_runtime")
 REFERENCE_KERNEL = "ceiling_copy"
 FMA_CEILING = "ceiling_fma"

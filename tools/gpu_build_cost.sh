@@ -38,6 +38,9 @@
 # comparisons, and then, unless PARASEQ_BENCH=0 and PARASEQ_NCU=0, the benchmark binary beside
 # test_cuda.py (its build time is not measured). PARASEQ_BENCH_FILTER replaces the target
 # benchmarks' filter (a regular expression of benchmark names).
+# PARASEQ_BENCH_ONLY=1 builds the benchmark binary alone (with the library, not the operators) as
+# the first phase and nothing else: a lease for the target benchmarks' speed (set
+# PARASEQ_PYTEST_CUDA_SECONDS=0, PARASEQ_COMPARE_SECTIONS='' and PARASEQ_EXTENSION_COMPILE=0 with it).
 # PARASEQ_SOURCE_COMMIT names the sources' commit in build-cost.json where this copy of the tree
 # has other git metadata.
 set -euo pipefail
@@ -80,9 +83,11 @@ rm -rf "$build"
 configure "$repo" "$build" -DPARASEQ_ENABLE_TORCH=ON >"$out/build.log" 2>&1
 start=$(date +%s.%N)
 # A unit that fails in either phase is reported, and the rest is still built, tested and measured.
-ninja -C "$build" -j "$jobs" -k 0 paraseq_torch >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
+first_target=paraseq_torch
+[[ ${PARASEQ_BENCH_ONLY:-0} == 1 ]] && first_target=paraseq_benchmarks
+ninja -C "$build" -j "$jobs" -k 0 "$first_target" >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 operators=$(date +%s.%N)
-[[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 ]] ||
+[[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 || ${PARASEQ_BENCH_ONLY:-0} == 1 ]] ||
   ninja -C "$build" -j "$jobs" -k 0 >>"$out/build.log" 2>&1 || { grep -B2 -A20 "FAILED" "$out/build.log" | head -n 80; }
 finished=$(date +%s.%N)
 
@@ -95,11 +100,12 @@ alone_units=()
   examples/CMakeFiles/paraseq_newton_gru.dir/newton_gru.cpp.o examples/CMakeFiles/paraseq_custom_cell.dir/custom_cell.cpp.o)
 python3 "$repo/perf_tests/build_cost.py" "$build" ${PARASEQ_SOURCE_COMMIT:+--commit "$PARASEQ_SOURCE_COMMIT"} --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) machine, $jobs cores ($(lscpu | sed -n 's/^Model name: *//p')), nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
   ${alone_units[@]:+--alone "${alone_units[@]}"} --out "$out/build-cost.json" | tee "$out/build-cost.txt"
-python3 - "$out/build-cost.json" "$start" "$operators" "$finished" <<'EOF'
+python3 - "$out/build-cost.json" "$first_target" "$start" "$operators" "$finished" <<'EOF'
 import json, sys
-path, start, operators, finished = sys.argv[1], *map(float, sys.argv[2:])
+path, first_target, (start, operators, finished) = sys.argv[1], sys.argv[2], map(float, sys.argv[3:])
 report = json.load(open(path))
-report["phases"] = {"operator_library_seconds": round(operators - start, 1),
+first_phase = "operator_library_seconds" if first_target == "paraseq_torch" else "benchmark_binary_seconds"
+report["phases"] = {first_phase: round(operators - start, 1),
                     "everything_else_seconds": round(finished - operators, 1),
                     "full_build_seconds": round(finished - start, 1)}
 report["wall_seconds"] = report["phases"]["full_build_seconds"]  # two Ninja runs: the log's clock restarts
@@ -122,7 +128,7 @@ if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 && (${PARASEQ_BENCH:-1} != 0 || ${PARASE
 fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
 # mostly compiles, and only their outcomes are reported.
-if [[ ${PARASEQ_OPERATORS_ONLY:-0} != 1 ]]; then
+if [[ ${PARASEQ_OPERATORS_ONLY:-0} != 1 && ${PARASEQ_BENCH_ONLY:-0} != 1 ]]; then
   ctest --test-dir "$build" --output-on-failure -j 4 --timeout 300 >"$out/ctest.log" 2>&1 &
   ctest_pid=$!
 fi
@@ -161,8 +167,8 @@ fi
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[01]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
-targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[01]/stepped:0' # fields of run-time size
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[012]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
+targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[012]/stepped:0' # fields of run-time size
 targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
 targets=${PARASEQ_BENCH_FILTER:-$targets}
 bench() { # build_dir report

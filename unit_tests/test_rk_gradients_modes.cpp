@@ -109,6 +109,59 @@ TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheS
   }
 }
 
+// SolveOptions::accepted_steps: solve()'s step counts replace the gradient's counting pass and give
+// the bits of the gradient that counts them, in the fused and the stepped loop, in one chunk and in
+// several; counts that the problem does not take (one too many, or all too few to hold the
+// checkpoints) are refused before the backward pass, naming the first trajectory that differs.
+TYPED_TEST(RungeKuttaGradientModes, ForwardStepCountsGiveTheBitsOfCountedOnes) {
+  using Space = TypeParam;
+  const int N = 12, n = 2;
+  const OscillatorBatch<double, Space> batch(N, 57);
+  View2<double, Space> y1("y1", N, n), w("w", N, n);
+  View3<double, Space> observed("observed", N, 1, n), w_obs("w_obs", N, 1, n);
+  fill_uniform(w, -1, 1, 58);
+  fill_uniform(w_obs, -1, 1, 59);
+  ode::AdaptiveSteps steps;
+  steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
+  steps.observation_times = {1.5};
+  const auto forward = ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                                  ode::final_and_observed(y1, observed));
+  using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
+  auto gradients = [&](const int* counts, ode::LoopMode mode, std::size_t workspace) {
+    const Gradients g{View2<double, Space>("y0_bar", N, n), View2<double, Space>("p_bar", N, n)};
+    ode::SolveOptions options;
+    options.accepted_steps = counts;
+    options.mode = mode;
+    options.checkpoint_interval = 3;
+    options.max_gradient_workspace_bytes = workspace;
+    const auto report = ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                                                 ode::final_and_observed(y1, observed),
+                                                 ode::final_and_observed(w, w_obs), g, options);
+    EXPECT_TRUE(bitwise_equal(report.accepted, forward.accepted));
+    EXPECT_EQ(report.max_accepted, forward.max_accepted);
+    return g;
+  };
+  const auto reference = gradients(nullptr, ode::LoopMode::fused, ample_workspace);
+  const std::size_t three = 3 * ode::gradient_workspace_bytes<double>(true, n, forward.max_accepted, 3, 0);
+  for (const ode::LoopMode mode : {ode::LoopMode::fused, ode::LoopMode::stepped})
+    for (const std::size_t workspace : {ample_workspace, three}) {
+      const auto given = gradients(forward.accepted.data(), mode, workspace);
+      EXPECT_TRUE(bitwise_equal(given.y0, reference.y0)) << "mode " << int(mode) << ", workspace " << workspace;
+      EXPECT_TRUE(bitwise_equal(given.params, reference.params)) << "mode " << int(mode) << ", workspace " << workspace;
+    }
+  Kokkos::View<int*, typename Space::memory_space> wrong("wrong", N);
+  for (const auto& [edit, first] : {std::pair{+[](int, int) { return 1; }, 0},
+                                    std::pair{+[](int i, int count) { return i == 5 ? count + 1 : count; }, 5}}) {
+    Kokkos::deep_copy(wrong, forward.accepted);
+    edit_on_host(wrong, [&](auto& host) {
+      for (int i = 0; i < N; ++i) host(i) = edit(i, host(i));
+    });
+    EXPECT_THAT(Call([&] { gradients(wrong.data(), ode::LoopMode::fused, ample_workspace); }),
+                ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("'options.accepted_steps'"),
+                                                           HasSubstr("for trajectory " + std::to_string(first) + ","))));
+  }
+}
+
 // What the lag is for: walking back from its last step, a trajectory of any step count enters a
 // new segment (and replays it) exactly at iterations 0, k, 2k, ... of the backward loop, so a warp's
 // trajectories replay together.

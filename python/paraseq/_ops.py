@@ -88,8 +88,15 @@ def _odeint_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rt
     return y0.new_empty((y0.shape[0], t.shape[0], y0.shape[1]))
 
 
+@torch.library.register_fake("paraseq::odeint_with_steps")
+def _odeint_with_steps_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps):
+    return (y0.new_empty((y0.shape[0], t.shape[0], y0.shape[1])),
+            y0.new_empty((y0.shape[0],), dtype=torch.int32))
+
+
 @torch.library.register_fake("paraseq::odeint_backward")
-def _odeint_backward_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps, grad_y):
+def _odeint_backward_fake(field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps, grad_y,
+                          accepted=None):
     # The kernel returns contiguous gradients whatever the strides of its inputs.
     grad_params = y0.new_empty(params.shape if params is not None else (0,))
     grad_shared = y0.new_empty(shared.shape if shared is not None else (0,))

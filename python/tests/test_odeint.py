@@ -237,7 +237,35 @@ def test_opcheck(device):
         args = ("damped_oscillator", y0, t, params, None, 0, method, step, 1e-6, 1e-8, 1000)
         torch.library.opcheck(torch.ops.paraseq.odeint, args)
         detached = tuple(a.detach() if torch.is_tensor(a) else a for a in args)
-        torch.library.opcheck(torch.ops.paraseq.odeint_backward, detached + (torch.randn(3, 3, 2, device=device),))
+        torch.library.opcheck(torch.ops.paraseq.odeint_with_steps, detached)
+        grad_y = torch.randn(3, 3, 2, device=device)
+        torch.library.opcheck(torch.ops.paraseq.odeint_backward, detached + (grad_y,))
+        accepted = torch.ops.paraseq.odeint_with_steps(*detached)[1]
+        torch.library.opcheck(torch.ops.paraseq.odeint_backward, detached + (grad_y, accepted))
+
+
+def test_the_forwards_step_counts_give_the_gradient_of_counted_ones(device):
+    """odeint_with_steps returns each trajectory's accepted steps; odeint_backward given them skips the
+    forward loop that counts them and gives the same bits; counts the problem does not take, or of the
+    wrong dtype or shape, are refused."""
+    torch.manual_seed(3)
+    y0 = torch.randn(5, 2, dtype=DOUBLE, device=device)
+    params = torch.rand(5, 2, dtype=DOUBLE, device=device) + 0.5
+    t = torch.tensor([0.0, 1.0, 4.0], dtype=DOUBLE, device=device)
+    args = ("damped_oscillator", y0, t, params, None, 0, "dopri5", None, 1e-8, 1e-10, 10000)
+    observed, accepted = torch.ops.paraseq.odeint_with_steps(*args)
+    assert torch.equal(observed, torch.ops.paraseq.odeint(*args))
+    assert accepted.dtype == torch.int32 and accepted.shape == (5,) and int(accepted.min()) > 10
+    grad_y = torch.randn_like(observed)
+    counted = torch.ops.paraseq.odeint_backward(*args, grad_y)
+    for got, wanted in zip(torch.ops.paraseq.odeint_backward(*args, grad_y, accepted), counted):
+        assert torch.equal(got, wanted)
+    wrong = accepted.clone()
+    wrong[3] += 1
+    with pytest.raises(ValueError, match=r"'options.accepted_steps'.* for trajectory 3, which took"):
+        torch.ops.paraseq.odeint_backward(*args, grad_y, wrong)
+    with pytest.raises(ValueError, match=r"argument 'accepted' is a Long tensor of shape \[5\]"):
+        torch.ops.paraseq.odeint_backward(*args, grad_y, accepted.long())
 
 
 def test_compiled_graph_has_constant_size_in_the_step_count(device):

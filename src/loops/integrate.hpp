@@ -27,7 +27,8 @@
 // through the steps actually taken: the fixed mesh, or the accepted adaptive mesh held fixed (the
 // step-size controller is not differentiated). States are checkpointed every k steps and the steps
 // in between recomputed: see gradient_workspace_bytes() for the memory. Adaptive gradients run the
-// forward loop twice (once to count steps, once to checkpoint) before the backward pass.
+// forward loop twice (once to count steps, once to checkpoint) before the backward pass, or once
+// given the step counts of a solve() of the same problem (SolveOptions::accepted_steps).
 
 #include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
@@ -654,8 +655,8 @@ private:
   Blocks blocks_;
 };
 
-// Each adaptive trajectory's lag (Checkpoints): its accepted steps of the first pass rounded up to
-// a multiple of the interval, less themselves.
+// Each adaptive trajectory's lag (Checkpoints): its accepted steps (counted before the checkpointing
+// pass) rounded up to a multiple of the interval, less themselves.
 template <class Lag, class Accepted>
 struct SegmentLags {
   Lag lag;
@@ -752,10 +753,58 @@ struct GradientViews {
   int parameters = 0;             // P
 };
 
-// The passes of solve_with_gradient over all N trajectories: (adaptive steps) a forward loop that
-// finds the longest mesh, then per chunk of trajectories a checkpointing forward loop and the
-// backward loop. Writes the gradients and the shared parameters' gradient rows summed into
-// shared_total [Q]; returns the report (not yet summarized).
+// The most accepted steps of any trajectory, and the lowest trajectory whose accepted steps differ
+// between two counts (LONG_MAX if none).
+template <class Counts>
+struct MostAccepted {
+  Counts accepted;
+  KOKKOS_INLINE_FUNCTION void operator()(long i, int& most) const { most = Kokkos::max(most, accepted(i)); }
+};
+template <class Given, class Taken>
+struct FirstDifferentCount {
+  Given given;
+  Taken taken;
+  KOKKOS_INLINE_FUNCTION void operator()(long i, long& lowest) const {
+    if (given(i) != taken(i)) lowest = Kokkos::min(lowest, i);
+  }
+};
+
+// The most accepted steps of any trajectory in `accepted` (read on the host).
+template <class Space, class Counts>
+int most_accepted(const Space& space, const Counts& accepted) {
+  int most = 0;
+  Kokkos::parallel_reduce("paraseq::ode::most_accepted", Kokkos::RangePolicy<Space>(space, 0, long(accepted.extent(0))),
+                          MostAccepted<Counts>{accepted}, Kokkos::Max<int>(most));
+  space.fence("paraseq::ode::solve_with_gradient: read the most accepted steps");
+  return most;
+}
+
+// Throws if the checkpointing loop took other accepted steps than options.accepted_steps gave for
+// trajectories [begin, end) (`taken`: its report rows): the checkpoints were placed for the given
+// counts, so the backward pass would read the wrong states.
+template <class Space, class Given, class Taken>
+void require_given_counts(const std::string& fn, const Space& space, const Given& given, const Taken& taken, int begin,
+                          int end) {
+  long first = LONG_MAX;
+  Kokkos::parallel_reduce("paraseq::ode::check_accepted_steps", Kokkos::RangePolicy<Space>(space, begin, end),
+                          FirstDifferentCount<Given, Taken>{given, taken}, Kokkos::Min<long>(first));
+  space.fence("paraseq::ode::solve_with_gradient: check the accepted steps");
+  if (first == LONG_MAX) return;
+  int given_count = 0, taken_count = 0;
+  Kokkos::deep_copy(space, given_count, Kokkos::subview(given, first));
+  Kokkos::deep_copy(space, taken_count, Kokkos::subview(taken, first));
+  space.fence("paraseq::ode::solve_with_gradient: read the accepted steps");
+  throw_invalid(fn, "options.accepted_steps",
+                std::to_string(given_count) + " accepted steps for trajectory " + std::to_string(first) +
+                    ", which took " + std::to_string(taken_count),
+                "the accepted steps of solve() with the same problem, steps and method (Report::accepted)");
+}
+
+// The passes of solve_with_gradient over all N trajectories: (adaptive steps, unless
+// options.accepted_steps gives the counts) a forward loop that counts each trajectory's accepted
+// steps, which size and place the checkpoints, then per chunk of trajectories a checkpointing
+// forward loop and the backward loop. Writes the gradients and the shared parameters' gradient
+// rows summed into shared_total [Q]; returns the report (not yet summarized).
 template <class Method, Loop L, bool OwnGradients, class Field, class T, class Space, class Stepping>
 Report<typename Space::memory_space>
 gradient_pass(const std::string& fn, const Space& space, const Field& field, int n, int N, const ForwardData<T>& data,
@@ -765,16 +814,22 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
   using Mem = typename Space::memory_space;
   constexpr bool adaptive = Stepping::adaptive;
   const int shared_rows = int(shared_total.extent(0));
-  // Adaptive steps: a first pass finds the longest mesh, which sizes the checkpoints.
+  // Adaptive steps: each trajectory's accepted steps, given or counted by a first pass, size and
+  // place the checkpoints.
+  const bool given_counts = adaptive && options.accepted_steps;
   Report<Mem> report;
   if constexpr (adaptive)
-    report = forward_pass<Method, L>(fn, space, field, n, N, data, stepping, NoObserver{}, true, staging, arena);
-  else report = allocate_report(space, N, arena);
+    if (!given_counts)
+      report = forward_pass<Method, L>(fn, space, field, n, N, data, stepping, NoObserver{}, true, staging, arena);
+  if (!adaptive || given_counts) report = allocate_report(space, N, arena);
+  const Kokkos::View<const int*, Mem, Kokkos::MemoryUnmanaged> counts(
+      given_counts ? options.accepted_steps : report.accepted.data(), given_counts || adaptive ? N : 0);
+  int most_steps = 0;
+  if constexpr (adaptive) most_steps = given_counts ? most_accepted(space, counts) : report.max_accepted;
+  else most_steps = stepping.steps;
 
   with_capacity<Field, Space>(n, [&](auto capacity) {
     constexpr int C = decltype(capacity)::value;
-    int most_steps = report.max_accepted;
-    if constexpr (!adaptive) most_steps = stepping.steps;
     const int interval = checkpoint_interval(options.checkpoint_interval, most_steps);
     const std::size_t per_trajectory = gradient_workspace_bytes<T>(adaptive, n, most_steps, interval, shared_rows);
     require(per_trajectory <= options.max_gradient_workspace_bytes, fn, "options.max_gradient_workspace_bytes",
@@ -804,17 +859,19 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
       const int end = std::min<int>(int(N), begin + chunk);
       if constexpr (adaptive)
         Kokkos::parallel_for("paraseq::ode::segment_lags", Kokkos::RangePolicy<Space>(space, 0, end - begin),
-                             SegmentLags<decltype(checkpoints.lag), decltype(report.accepted)>{
-                                 checkpoints.lag, report.accepted, begin, interval});
+                             SegmentLags<decltype(checkpoints.lag), decltype(counts)>{checkpoints.lag, counts, begin,
+                                                                                      interval});
       run_forward<L>(space,
                      ForwardKernel{field, n, data, stepping, carry, checkpoints, begin, end, 0, report_rows<Space>(report)},
                      begin, end, most_steps, NoObserver{});
-      if (!adaptive && L == Loop::stepped) { // the report of fixed steps comes chunk by chunk
+      // Without a counting pass the report comes chunk by chunk (the fused loop writes its rows).
+      if ((!adaptive || given_counts) && L == Loop::stepped) {
         auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
         Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
         Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
         Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
       }
+      if (given_counts) require_given_counts(fn, space, counts, report.accepted, begin, end);
       BackwardKernel backward{field, n, data, stepping, carry, checkpoints, grads, begin, 0};
       Kokkos::parallel_for("paraseq::ode::backward_init",
                            trajectory_policy<false, Space, typename BackwardKernel::InitTag>(space, begin, end), backward);

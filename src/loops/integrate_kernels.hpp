@@ -341,6 +341,9 @@ struct Checkpoints {
   template <int C>
   KOKKOS_INLINE_FUNCTION void save(bool adaptive, int i, int n, const Carry<T, C>& c) const {
     const int k = segment_of(adaptive, i, c.step);
+    // More steps than the counts that sized the checkpoints (SolveOptions::accepted_steps, checked
+    // after the pass): nothing is written past them.
+    if (k >= int(y.extent(1))) return;
     for (int j = 0; j < n; ++j) y(i, k, j) = c.y[j];
     if (adaptive) {
       t(i, k) = c.t, h(i, k) = c.h, log_err_prev(i, k) = c.log_err_prev;

@@ -177,6 +177,12 @@ struct SolveOptions {
   // solve_with_gradient(), whose larger temporaries come from the workspace cache). LoopMode::stepped
   // ignores it and allocates its carries.
   Workspace workspace;
+  // Adaptive gradients: the accepted steps of every trajectory, N ints in memory the execution
+  // space can access, as solve() of the same problem, steps and method reported them
+  // (Report::accepted.data()). solve_with_gradient() then skips the forward loop that would count
+  // them, one of its two before the backward pass; its checkpointing loop checks each count and
+  // throws std::invalid_argument, before the backward pass, if one differs. nullptr: counted here.
+  const int* accepted_steps = nullptr;
 };
 
 enum class Status : int { success = 0, max_steps = 1, step_too_small = 2, non_finite = 3 };

@@ -101,6 +101,7 @@ const auto& para_gru_op() { return operator_handle<para_gru>("paraseq::para_gru"
 const auto& para_lstm_op() { return operator_handle<para_lstm>("paraseq::para_lstm"); }
 const auto& para_slstm_op() { return operator_handle<para_slstm>("paraseq::para_slstm"); }
 const auto& odeint_op() { return operator_handle<odeint>("paraseq::odeint"); }
+const auto& odeint_with_steps_op() { return operator_handle<odeint_with_steps>("paraseq::odeint_with_steps"); }
 
 // ---- linear_scan --------------------------------------------------------------------------------
 
@@ -330,7 +331,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> para_slstm_autograd(const at::Ten
 
 // ---- odeint -------------------------------------------------------------------------------------
 // Gradients flow to y0, params and shared; the observation times t get none (paraseq.odeint refuses
-// a t that requires grad). odeint_backward has no derivative of its own: while the graph of the
+// a t that requires grad). The forward runs odeint_with_steps and keeps each trajectory's accepted
+// steps for odeint_backward, which then does not count adaptive steps again (one forward loop
+// fewer). odeint_backward has no derivative of its own: while the graph of the
 // gradient is built (create_graph=True), the gradients get an Error node whose edges lead to what
 // they depend on (the saved inputs and the incoming gradient), so that differentiating them again
 // raises instead of giving silently zero second derivatives.
@@ -364,13 +367,13 @@ struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
                             const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared,
                             int64_t mlp_hidden, const std::string& method, std::optional<double> step_size,
                             double rtol, double atol, int64_t max_steps) {
-    const at::Tensor observed = call_below_autograd(odeint_op(), field, y0, t, params, shared, mlp_hidden, method,
-                                                    step_size, rtol, atol, max_steps);
+    const auto [observed, accepted] = call_below_autograd(odeint_with_steps_op(), field, y0, t, params, shared,
+                                                          mlp_hidden, method, step_size, rtol, atol, max_steps);
     auto& data = ctx->saved_data;
     data["field"] = field, data["mlp_hidden"] = mlp_hidden, data["method"] = method, data["step_size"] = step_size;
     data["rtol"] = rtol, data["atol"] = atol, data["max_steps"] = max_steps;
     data["has_params"] = params.has_value(), data["has_shared"] = shared.has_value();
-    ctx->save_for_backward({y0, t, params.value_or(at::Tensor()), shared.value_or(at::Tensor())});
+    ctx->save_for_backward({y0, t, params.value_or(at::Tensor()), shared.value_or(at::Tensor()), accepted});
     return observed;
   }
 
@@ -383,7 +386,7 @@ struct OdeintFunction : torch::autograd::Function<OdeintFunction> {
         op.call(data["field"].toStringRef(), saved[0], saved[1], optional_if(has_params, saved[2]),
                 optional_if(has_shared, saved[3]), data["mlp_hidden"].toInt(), data["method"].toStringRef(),
                 data["step_size"].toOptional<double>(), data["rtol"].toDouble(), data["atol"].toDouble(),
-                data["max_steps"].toInt(), grads[0].contiguous());
+                data["max_steps"].toInt(), grads[0].contiguous(), saved[4]);
     const variable_list differentiable =
         once_differentiable({grad_y0, has_params ? grad_params : at::Tensor(), has_shared ? grad_shared : at::Tensor()},
                             {saved[0], saved[2], saved[3], grads[0]});

@@ -50,10 +50,17 @@ at::Tensor odeint(const std::string& field, const at::Tensor& y0, const at::Tens
                   const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
                   const std::string& method, std::optional<double> step_size, double rtol, double atol,
                   int64_t max_steps);
+// odeint and each trajectory's accepted steps (int32 [N]), which odeint_backward takes (the
+// autograd kernel of odeint calls this one when a gradient will be needed).
+std::tuple<at::Tensor, at::Tensor> odeint_with_steps(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
+                                                     const std::optional<at::Tensor>& params,
+                                                     const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
+                                                     const std::string& method, std::optional<double> step_size,
+                                                     double rtol, double atol, int64_t max_steps);
 std::tuple<at::Tensor, at::Tensor, at::Tensor>
 odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor& t,
                 const std::optional<at::Tensor>& params, const std::optional<at::Tensor>& shared, int64_t mlp_hidden,
                 const std::string& method, std::optional<double> step_size, double rtol, double atol, int64_t max_steps,
-                const at::Tensor& grad_y);
+                const at::Tensor& grad_y, const std::optional<at::Tensor>& accepted);
 
 } // namespace paraseq::torch_bridge

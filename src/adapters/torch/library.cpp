@@ -47,14 +47,19 @@ TORCH_LIBRARY(paraseq, m) {
   // t: finite and strictly increasing. Sizes, max_steps and the step count must fit in 32 bits.
   m.def("odeint(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, str method, "
         "float? step_size, float rtol, float atol, int max_steps) -> Tensor");
+  // odeint, and the accepted steps of each trajectory (int32 [N]): what odeint's autograd kernel
+  // runs when a gradient will follow, so that odeint_backward does not count adaptive steps again.
+  m.def("odeint_with_steps(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, "
+        "str method, float? step_size, float rtol, float atol, int max_steps) -> (Tensor observed, Tensor accepted)");
   // Kokkos' configuration as text, for bug reports; no tensors, so one kernel serves every device.
   m.def("kokkos_configuration() -> str", &paraseq::torch_bridge::kokkos_configuration);
   // The bytes of paraseq's cached temporaries in every memory space, and their release (after a
   // fence): what paraseq holds outside PyTorch's caching allocator (docs/memory.md).
   m.def("workspace_bytes() -> int", &paraseq::torch_bridge::workspace_bytes);
   m.def("release_workspace() -> ()", &paraseq::torch_bridge::release_workspace);
+  // accepted: odeint_with_steps' (the adaptive steps are then not counted again), or None.
   m.def("odeint_backward(str field, Tensor y0, Tensor t, Tensor? params, Tensor? shared, int mlp_hidden, "
-        "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y) "
+        "str method, float? step_size, float rtol, float atol, int max_steps, Tensor grad_y, Tensor? accepted=None) "
         "-> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
 }
 
@@ -73,6 +78,7 @@ void register_kernels(torch::Library& m) {
   m.impl("para_slstm", &para_slstm);
   m.impl("para_slstm_backward", &para_slstm_backward);
   m.impl("odeint", &odeint);
+  m.impl("odeint_with_steps", &odeint_with_steps);
   m.impl("odeint_backward", &odeint_backward);
 }
 

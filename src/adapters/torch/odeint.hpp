@@ -93,11 +93,13 @@ inline std::vector<double> check_odeint(const char* op, const OdeintArgs& args) 
   return times;
 }
 
-// The prepared (contiguous, compute-type) tensors of one call. Forward: observed [N, len(t), n].
-// Backward: grad_y [N, len(t), n] in, grad_y0, grad_params, grad_shared out.
+// The prepared (contiguous, compute-type) tensors of one call. Forward: observed [N, len(t), n],
+// and where defined each trajectory's accepted steps, accepted (int32 [N]). Backward: grad_y
+// [N, len(t), n] and, where defined, the forward's accepted (adaptive steps: not counted again) in;
+// grad_y0, grad_params, grad_shared out.
 struct OdeintTensors {
   at::Tensor y0, params, shared;
-  at::Tensor observed;
+  at::Tensor observed, accepted;
   at::Tensor grad_y, grad_y0, grad_params, grad_shared;
 };
 

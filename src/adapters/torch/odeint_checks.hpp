@@ -65,14 +65,16 @@ inline void require_finite_when_stored(const char* op, const char* what, const a
 }
 
 // paraseq::odeint (and each generated extension's odeint) around its work: checks, the prepared
-// tensors, integrate(times, tensors) filling tensors.observed [N, len(t), n], the stored result.
+// tensors, integrate(times, tensors) filling tensors.observed [N, len(t), n] (and, given `accepted`,
+// each trajectory's accepted steps into a new int32 [N] tensor there), the stored result.
 template <class Integrate>
-at::Tensor run_odeint(const char* op, const OdeintArgs& args, const Integrate& integrate) {
+at::Tensor run_odeint(const char* op, const OdeintArgs& args, const Integrate& integrate, at::Tensor* accepted = nullptr) {
   const std::vector<double> times = check_odeint_arguments(op, args);
   OdeintTensors tensors;
   tensors.y0 = prepared(args.y0), tensors.params = prepared_or_undefined(args.params),
   tensors.shared = prepared_or_undefined(args.shared);
   tensors.observed = at::empty({args.y0.size(0), long(times.size()), args.y0.size(1)}, tensors.y0.options());
+  if (accepted) tensors.accepted = *accepted = at::empty({args.y0.size(0)}, tensors.y0.options().dtype(at::kInt));
   integrate(times, tensors);
   const at::Tensor observed = tensors.observed.to(args.y0.scalar_type());
   require_finite_when_stored(op, "the state", observed);
@@ -80,17 +82,26 @@ at::Tensor run_odeint(const char* op, const OdeintArgs& args, const Integrate& i
 }
 
 // paraseq::odeint_backward (and each generated extension's) around its work: integrate_adjoint(
-// times, tensors) fills tensors.grad_y0, grad_params and grad_shared from tensors.grad_y.
+// times, tensors) fills tensors.grad_y0, grad_params and grad_shared from tensors.grad_y (and the
+// forward's accepted steps, where given: adaptive steps are then not counted again).
 template <class IntegrateAdjoint>
-std::tuple<at::Tensor, at::Tensor, at::Tensor> run_odeint_backward(const char* op, const OdeintArgs& args,
-                                                                   const at::Tensor& grad_y,
-                                                                   const IntegrateAdjoint& integrate_adjoint) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+run_odeint_backward(const char* op, const OdeintArgs& args, const at::Tensor& grad_y,
+                    const IntegrateAdjoint& integrate_adjoint, const std::optional<at::Tensor>& accepted = std::nullopt) {
   const std::vector<double> times = check_odeint_arguments(op, args);
   check_tensor(op, "grad_y", grad_y, 3, args.y0);
+  if (accepted) {
+    TORCH_CHECK_VALUE(accepted->scalar_type() == at::kInt && accepted->dim() == 1 &&
+                          accepted->size(0) == args.y0.size(0) && accepted->device() == args.y0.device(),
+                      op, ": argument 'accepted' is a ", accepted->scalar_type(), " tensor of shape ", accepted->sizes(),
+                      " on ", accepted->device(), ", expected int32 [", args.y0.size(0), "] on ", args.y0.device(),
+                      " (the accepted steps that odeint_with_steps returned)");
+  }
   OdeintTensors tensors;
   tensors.y0 = prepared(args.y0), tensors.params = prepared_or_undefined(args.params),
   tensors.shared = prepared_or_undefined(args.shared);
   tensors.grad_y = prepared(grad_y);
+  if (accepted) tensors.accepted = accepted->contiguous();
   tensors.grad_y0 = at::empty(args.y0.sizes(), tensors.y0.options());
   // Gradients of absent parameters are empty tensors.
   tensors.grad_params = at::zeros(args.params ? args.params->sizes() : c10::IntArrayRef{0}, tensors.y0.options());

@@ -69,7 +69,9 @@ void integrate_field(const char* op, const OdeintArgs& args, const std::vector<d
     ode::SolveOptions options;
     const at::Tensor workspace = solve_workspace<T>(tensors, steps, options);
     translate_errors([&] {
-      ode::solve<ode::CompiledModes::fused_only>(space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
+      const auto report = ode::solve<ode::CompiledModes::fused_only>(
+          space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
+      if (tensors.accepted.defined()) Kokkos::deep_copy(space, as_view<int, 1, Space>(tensors.accepted), report.accepted);
     });
   });
 }
@@ -85,6 +87,7 @@ void integrate_field_adjoint(const char* op, const OdeintArgs& args, const std::
     // The checkpoints and adjoint state come from paraseq's workspace cache (docs/memory.md).
     ode::SolveOptions options;
     const at::Tensor workspace = solve_workspace<T>(tensors, steps, options);
+    if (tensors.accepted.defined()) options.accepted_steps = tensors.accepted.template data_ptr<int>();
     translate_errors([&] {
       if constexpr (SharedParameters) {
         const auto shared_bar = as_view<T, 1, Space>(tensors.grad_shared);

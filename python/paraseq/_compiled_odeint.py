@@ -102,35 +102,46 @@ paraseq::torch_bridge::OdeintArgs arguments(const at::Tensor& y0, const at::Tens
   return {{"user function", y0, t, std::nullopt, shared, 0, "{method}", step_size, rtol, atol, max_steps}};
 }}
 
-at::Tensor odeint(const at::Tensor& y0, const at::Tensor& t, const at::Tensor& shared, std::optional<double> step_size,
-                  double rtol, double atol, int64_t max_steps) {{
+// The states and each trajectory's accepted steps, which odeint_backward takes (adaptive steps are
+// then not counted again).
+std::tuple<at::Tensor, at::Tensor> odeint(const at::Tensor& y0, const at::Tensor& t, const at::Tensor& shared,
+                                          std::optional<double> step_size, double rtol, double atol,
+                                          int64_t max_steps) {{
   using namespace paraseq::torch_bridge;
   const OdeintArgs args = arguments(y0, t, shared, step_size, rtol, atol, max_steps);
-  return run_odeint(forward_op, args, [&](const std::vector<double>& times, const OdeintTensors& tensors) {{
-    with_space(forward_op, args.y0, [&](const auto& space) {{ forward_on(forward_op, args, times, tensors, space); }});
-  }});
+  at::Tensor accepted;
+  const at::Tensor observed = run_odeint(
+      forward_op, args,
+      [&](const std::vector<double>& times, const OdeintTensors& tensors) {{
+        with_space(forward_op, args.y0, [&](const auto& space) {{ forward_on(forward_op, args, times, tensors, space); }});
+      }},
+      &accepted);
+  return {{observed, accepted}};
 }}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> odeint_backward(const at::Tensor& y0, const at::Tensor& t,
                                                                const at::Tensor& shared,
                                                                std::optional<double> step_size, double rtol,
                                                                double atol, int64_t max_steps,
-                                                               const at::Tensor& grad_y) {{
+                                                               const at::Tensor& grad_y,
+                                                               const std::optional<at::Tensor>& accepted) {{
   using namespace paraseq::torch_bridge;
   const OdeintArgs args = arguments(y0, t, shared, step_size, rtol, atol, max_steps);
-  return run_odeint_backward(backward_op, args, grad_y, [&](const std::vector<double>& times,
-                                                            const OdeintTensors& tensors) {{
-    with_space(backward_op, args.y0, [&](const auto& space) {{ adjoint_on(backward_op, args, times, tensors, space); }});
-  }});
+  return run_odeint_backward(
+      backward_op, args, grad_y,
+      [&](const std::vector<double>& times, const OdeintTensors& tensors) {{
+        with_space(backward_op, args.y0, [&](const auto& space) {{ adjoint_on(backward_op, args, times, tensors, space); }});
+      }},
+      accepted);
 }}
 
 }} // namespace {namespace}
 
 TORCH_LIBRARY({namespace}, m) {{
   m.def("odeint(Tensor y0, Tensor t, Tensor shared, float? step_size, float rtol, float atol, int max_steps) "
-        "-> Tensor");
+        "-> (Tensor observed, Tensor accepted)");
   m.def("odeint_backward(Tensor y0, Tensor t, Tensor shared, float? step_size, float rtol, float atol, int max_steps, "
-        "Tensor grad_y) -> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
+        "Tensor grad_y, Tensor? accepted=None) -> (Tensor grad_y0, Tensor grad_params, Tensor grad_shared)");
 }}
 
 TORCH_LIBRARY_IMPL({namespace}, CPU, m) {{
@@ -193,20 +204,22 @@ def _register(ext):
 
     @torch.library.register_fake(f"{name}::odeint")
     def _odeint_fake(y0, t, shared, step_size, rtol, atol, max_steps):
-        return y0.new_empty((y0.shape[0], t.shape[0], y0.shape[1]))
+        return y0.new_empty((y0.shape[0], t.shape[0], y0.shape[1])), y0.new_empty((y0.shape[0],), dtype=torch.int32)
 
     @torch.library.register_fake(f"{name}::odeint_backward")
-    def _backward_fake(y0, t, shared, step_size, rtol, atol, max_steps, grad_y):
+    def _backward_fake(y0, t, shared, step_size, rtol, atol, max_steps, grad_y, accepted=None):
         return torch.empty_like(y0), y0.new_empty((0,)), torch.empty_like(shared)
 
+    # The forward's accepted steps go to the backward, which then does not count adaptive steps again.
     def setup_context(ctx, inputs, output):
         y0, t, shared, step_size, rtol, atol, max_steps = inputs
-        ctx.save_for_backward(y0, t, shared)
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(y0, t, shared, output[1])
         ctx.settings = (step_size, rtol, atol, max_steps)
 
-    def backward(ctx, grad):
-        y0, t, shared = ctx.saved_tensors
-        grad_y0, _, grad_shared = ext.backward(y0, t, shared, *ctx.settings, grad.contiguous())
+    def backward(ctx, grad, _):
+        y0, t, shared, accepted = ctx.saved_tensors
+        grad_y0, _, grad_shared = ext.backward(y0, t, shared, *ctx.settings, grad.contiguous(), accepted)
         return grad_y0, None, grad_shared, None, None, None, None
 
     torch.library.register_autograd(f"{name}::odeint", backward, setup_context=setup_context)
@@ -265,5 +278,5 @@ def run(namespace, y0, tensors, t, step_size, rtol, atol, max_steps):
     ext = _extensions[namespace]
     used = [tensors[i].reshape(-1) for i in ext.used_tensors]
     shared = torch.cat(used) if used else y0.new_zeros((0,))
-    observed = ext.odeint(y0, t, shared, step_size, rtol, atol, max_steps)
+    observed, _ = ext.odeint(y0, t, shared, step_size, rtol, atol, max_steps)
     return observed.transpose(0, 1)

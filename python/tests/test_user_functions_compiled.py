@@ -129,7 +129,14 @@ def test_opcheck_of_the_generated_operators(van_der_pol):
             10000)
     torch.library.opcheck(extension.odeint, args)
     grad_y = torch.randn(2, 3, 2, dtype=DOUBLE)
-    torch.library.opcheck(extension.backward, (y0.detach(), args[1], shared.detach(), *args[3:], grad_y))
+    detached = (y0.detach(), args[1], shared.detach(), *args[3:])
+    torch.library.opcheck(extension.backward, detached + (grad_y,))
+    # The forward's accepted steps spare the backward its counting pass, with the same bits.
+    accepted = extension.odeint(*detached)[1]
+    assert accepted.dtype == torch.int32 and accepted.shape == (2,) and int(accepted.min()) > 0
+    torch.library.opcheck(extension.backward, detached + (grad_y, accepted))
+    for got, wanted in zip(extension.backward(*detached, grad_y, accepted), extension.backward(*detached, grad_y)):
+        assert torch.equal(got, wanted)
 
 
 def test_a_closure_mlp_with_fixed_steps_equals_the_general_path_and_the_rk4_loop():

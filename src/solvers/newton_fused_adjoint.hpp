@@ -47,7 +47,7 @@ struct AdjointStep {
 // How an adjoint window learns the nu entering it at its end (the hooks of FusedAdjoint::run_window).
 // The fused mode's: a team walks its windows from the last to the first, and each window's first
 // thread hands the nu leaving it to the window before it in its lane's carry. The one-pass mode
-// (OnePassAdjointChain, below) replaces it by a look-back across teams.
+// replaces it by a look-back across teams (OnePassAdjointChain, newton_one_pass_adjoint.hpp).
 struct AdjointWindowsInOrder {
   static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
   // After the compose barrier: the lane's carry holds the nu entering the window (here: already).
@@ -76,7 +76,8 @@ struct FusedAdjoint {
   Iterate<HView, H0View> trajectory;
   GView g_in;
   DUView du;
-  PartialView partial; // [B * P, cell.param_count()]: thread p's sums in row b * P + p
+  PartialView partial; // [B * P, cell.param_count()]: thread p's sums in row b * P + p (the one-pass
+                       // kernel writes rows of its own: newton_one_pass_adjoint.hpp)
   DH0View dh0;
   FusedPlan plan;
   ScanShape shape;

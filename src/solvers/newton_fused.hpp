@@ -136,6 +136,45 @@ struct WindowsInOrder {
   }
 };
 
+// The exchange of the one-pass kernels' chains of windows (newton_one_pass.hpp's deltas,
+// newton_one_pass_adjoint.hpp's nus), called by the whole team of entry `at`: it publishes the
+// entry's map `fold` (held by the thread that `folds`; entry 0's is read by no one) with status 1,
+// looks back to the nearest earlier entry that has published the state leaving it (status 2;
+// look_back_to_state), applies the maps in between one by one, publishes its own leaving state
+// fold(entering) with status 2, and lets the folding thread hand `entering` on (hand_on, before the
+// team's barrier). Every published state is its entry's map applied to the state before it,
+// wherever a look-back stopped: the result is bitwise reproducible. map_at(k), state_at(k) and
+// status_at(k) point at entry k's published values and status.
+template <class Acc, int D, class Member, class MapAt, class StateAt, class StatusAt, class HandOn>
+KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool folds, int at, int d, const Acc* fold,
+                                                       const MapAt& map_at, const StateAt& state_at,
+                                                       const StatusAt& status_at, const HandOn& hand_on) {
+  constexpr int MapSize = map_size<D>;
+  if (folds && at > 0) {
+    Acc* published = map_at(at);
+    for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+    Kokkos::memory_fence(); // the map is visible before the status that announces it
+  }
+  team.team_barrier();
+  if (team.team_rank() == 0 && at > 0) Kokkos::atomic_store(status_at(at), 1);
+  const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1;
+  if (folds) {
+    Acc entering[D], map[MapSize], next[D];
+    for (int i = 0; i < d; ++i) entering[i] = Acc(0);
+    if (known >= 0) read_published_values(state_at(known), D, entering);
+    for (int k = known + 1; k < at; ++k) {
+      read_published_values(map_at(k), MapSize, map);
+      map_apply<Acc, D>(d, map, entering, next);
+      for (int i = 0; i < d; ++i) entering[i] = next[i];
+    }
+    map_apply<Acc, D>(d, fold, entering, state_at(at));
+    Kokkos::memory_fence();
+    hand_on(entering);
+  }
+  team.team_barrier();
+  if (team.team_rank() == 0) Kokkos::atomic_store(status_at(at), 2);
+}
+
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
 // the carry per lane ([P][lanes][map + d] + [lanes][d]).
 template <class Cell>

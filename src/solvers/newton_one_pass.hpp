@@ -88,31 +88,14 @@ struct OnePassChain {
     if (folds) {
       for (int i = 0; i < MapSize; ++i) fold[i] = map_of(0)[i];
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
-      if (window > 0) {
-        Acc* published = maps + values_at(iteration, window, me, MapSize);
-        for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
-        Kokkos::memory_fence(); // the map is visible before the status that announces it
-      }
     }
-    team.team_barrier();
-    if (team.team_rank() == 0 && window > 0) Kokkos::atomic_store(delta_status(iteration, window), 1);
-    const int known =
-        window > 0 ? look_back_to_state(team, window - 1, [&](int w) { return delta_status(iteration, w); }) : -1;
-    if (folds) {
-      for (int i = 0; i < d; ++i) delta[i] = Acc(0);
-      if (known >= 0) read_published_values(deltas + values_at(iteration, known, me, D), D, delta);
-      Acc map[MapSize], next[D];
-      for (int w = known + 1; w < window; ++w) {
-        read_published_values(maps + values_at(iteration, w, me, MapSize), MapSize, map);
-        map_apply<Acc, D>(d, map, delta, next);
-        for (int i = 0; i < d; ++i) delta[i] = next[i];
-      }
-      map_apply<Acc, D>(d, fold, delta, deltas + values_at(iteration, window, me, D));
-      Kokkos::memory_fence();
-      for (int i = 0; i < d; ++i) map_of(active - 1)[i] = delta[i];
-    }
-    team.team_barrier();
-    if (team.team_rank() == 0) Kokkos::atomic_store(delta_status(iteration, window), 2);
+    exchange_through_look_back<Acc, D>(
+        team, folds, window, d, fold, [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
+        [&](int w) { return deltas + values_at(iteration, w, me, D); },
+        [&](int w) { return delta_status(iteration, w); },
+        [&](const Acc* entering) {
+          for (int i = 0; i < d; ++i) map_of(active - 1)[i] = entering[i];
+        });
     if (me.live)
       for (int i = 0; i < d; ++i) delta[i] = map_of(active - 1)[i];
   }

@@ -60,30 +60,14 @@ struct OnePassAdjointChain {
     if (folds) {
       for (int i = 0; i < MapSize; ++i) fold[i] = map_of(active - 1)[i];
       for (int q = active - 2; q >= 0; --q) map_prepend<Acc, D>(d, map_of(q), fold);
-      if (order > 0) {
-        Acc* published = maps + values_at(order, me, MapSize);
-        for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
-        Kokkos::memory_fence(); // the map is visible before the status that announces it
-      }
     }
-    team.team_barrier();
-    if (team.team_rank() == 0 && order > 0) Kokkos::atomic_store(status(order), 1);
-    const int known = order > 0 ? look_back_to_state(team, order - 1, [&](int at) { return status(at); }) : -1;
-    if (folds) {
-      Acc nu[D], map[MapSize], next[D];
-      for (int i = 0; i < d; ++i) nu[i] = Acc(0); // nu_T
-      if (known >= 0) read_published_values(nus + values_at(known, me, D), D, nu);
-      for (int at = known + 1; at < order; ++at) {
-        read_published_values(maps + values_at(at, me, MapSize), MapSize, map);
-        map_apply<Acc, D>(d, map, nu, next);
-        for (int i = 0; i < d; ++i) nu[i] = next[i];
-      }
-      map_apply<Acc, D>(d, fold, nu, nus + values_at(order, me, D));
-      Kokkos::memory_fence();
-      for (int i = 0; i < d; ++i) carry[i] = nu[i];
-    }
-    team.team_barrier();
-    if (team.team_rank() == 0) Kokkos::atomic_store(status(order), 2);
+    // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
+    exchange_through_look_back<Acc, D>(
+        team, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
+        [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
+        [&](const Acc* entering) {
+          for (int i = 0; i < d; ++i) carry[i] = entering[i];
+        });
   }
   // Nothing to hand on: the window's leaving nu is published above.
   KOKKOS_INLINE_FUNCTION void leave(const Acc*, int, Acc*) const {}

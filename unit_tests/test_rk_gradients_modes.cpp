@@ -67,21 +67,34 @@ TYPED_TEST(RungeKuttaGradientModes, CheckpointIntervalsAndChunksGiveTheSameBits)
                                                          HasSubstr("the workspace of one trajectory"))));
 }
 
+// Twelve damped oscillators stepped by DormandPrince5 over [0, 4] (rtol 1e-9) and observed at 1.5:
+// trajectories of different step counts; the outputs and the cotangents of a loss on them.
+template <class Space>
+struct AdaptiveOscillators {
+  static constexpr int N = 12, n = 2;
+  OscillatorBatch<double, Space> batch;
+  View2<double, Space> y1{"y1", N, n}, w{"w", N, n};
+  View3<double, Space> observed{"observed", N, 1, n}, w_obs{"w_obs", N, 1, n};
+  ode::AdaptiveSteps steps;
+  explicit AdaptiveOscillators(unsigned seed) : batch(N, seed) {
+    fill_uniform(w, -1, 1, seed + 1);
+    fill_uniform(w_obs, -1, 1, seed + 2);
+    steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
+    steps.observation_times = {1.5};
+  }
+};
+
 // Adaptive steps: trajectories of different step counts, whose segments are counted back from
 // each one's last step (Checkpoints in integrate_kernels.hpp). Every interval (1: every state
 // checkpointed, nothing replayed; more steps than any trajectory takes: one segment) and chunking
 // gives the same bits, observations between the ends included.
 TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheSameBits) {
   using Space = TypeParam;
-  const int N = 12, n = 2;
-  const OscillatorBatch<double, Space> batch(N, 53);
-  View2<double, Space> y1("y1", N, n), w("w", N, n);
-  View3<double, Space> observed("observed", N, 1, n), w_obs("w_obs", N, 1, n);
-  fill_uniform(w, -1, 1, 54);
-  fill_uniform(w_obs, -1, 1, 55);
-  ode::AdaptiveSteps steps;
-  steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
-  steps.observation_times = {1.5};
+  const AdaptiveOscillators<Space> problem(53);
+  const int N = problem.N, n = problem.n;
+  const auto &batch = problem.batch, &steps = problem.steps;
+  const auto &y1 = problem.y1, &w = problem.w;
+  const auto &observed = problem.observed, &w_obs = problem.w_obs;
   using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
   std::vector<int> accepted;
   auto gradients = [&](int interval, std::size_t workspace) {
@@ -115,15 +128,11 @@ TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheS
 // checkpoints) are refused before the backward pass, naming the first trajectory that differs.
 TYPED_TEST(RungeKuttaGradientModes, ForwardStepCountsGiveTheBitsOfCountedOnes) {
   using Space = TypeParam;
-  const int N = 12, n = 2;
-  const OscillatorBatch<double, Space> batch(N, 57);
-  View2<double, Space> y1("y1", N, n), w("w", N, n);
-  View3<double, Space> observed("observed", N, 1, n), w_obs("w_obs", N, 1, n);
-  fill_uniform(w, -1, 1, 58);
-  fill_uniform(w_obs, -1, 1, 59);
-  ode::AdaptiveSteps steps;
-  steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
-  steps.observation_times = {1.5};
+  const AdaptiveOscillators<Space> problem(57);
+  const int N = problem.N, n = problem.n;
+  const auto &batch = problem.batch, &steps = problem.steps;
+  const auto &y1 = problem.y1, &w = problem.w;
+  const auto &observed = problem.observed, &w_obs = problem.w_obs;
   const auto forward = ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
                                   ode::final_and_observed(y1, observed));
   using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;

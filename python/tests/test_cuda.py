@@ -176,23 +176,32 @@ def test_compiled_right_hand_side_on_cuda_equals_the_general_path_in_double():
         assert torch.allclose(compiled, general, rtol=0, atol=1e-9)
 
 
+def assert_equals_the_loop_and_the_general_path(cell, x, h0, h):
+    """h, the compiled path's states of cell from h0 over x, against the float64 loop (1e-10), and its
+    gradients against the general path's (rtol 1e-9)."""
+    from paraseq import NewtonConfig, newton_apply
+    from test_user_functions import cell_loop
+
+    general = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, compile=False)
+    assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-10
+    inputs = [x, h0] + list(cell.parameters())
+    weight = torch.randn_like(h)
+    for got, wanted in zip(torch.autograd.grad((h * weight).sum(), inputs),
+                           torch.autograd.grad((general * weight).sum(), inputs)):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
 @pytest.mark.parametrize("backend", ["auto", "newton", "fused", "sequential"])
 def test_compiled_cells_on_cuda_equal_the_loop_and_the_general_path_in_double(backend):
     from paraseq import NewtonConfig, newton_apply
-    from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case, cell_loop
+    from test_user_functions import DenseGRU, DiagonalCell, TwoSlotCell, cell_case
 
     for cell_type in (DiagonalCell, TwoSlotCell, DenseGRU):
         cell, x, h0 = cell_case(cell_type, "cuda")
         h, stats = newton_apply(cell, x, NewtonConfig(max_iters=30, scan_backend=backend), h0=h0, return_stats=True,
                                 compile=True)
-        general = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, compile=False)
         assert h.device.type == "cuda" and stats.residual.max() <= 1e-10
-        assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-10
-        inputs = [x, h0] + list(cell.parameters())
-        weight = torch.randn_like(h)
-        for got, wanted in zip(torch.autograd.grad((h * weight).sum(), inputs),
-                               torch.autograd.grad((general * weight).sum(), inputs)):
-            torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+        assert_equals_the_loop_and_the_general_path(cell, x, h0, h)
 
 
 # A cell of one's own with 64 groups, far fewer than the GPU's resident threads: the automatic mode
@@ -200,21 +209,15 @@ def test_compiled_cells_on_cuda_equal_the_loop_and_the_general_path_in_double(ba
 # one_pass family), over many windows of a 700-step sequence.
 def test_compiled_cell_with_many_groups_on_cuda_takes_the_one_pass_mode_both_ways():
     from paraseq import NewtonConfig, newton_apply
-    from test_user_functions import DiagonalCell, cell_loop
+    from test_user_functions import DiagonalCell
 
     torch.manual_seed(0)
     cell = DiagonalCell(3, 64).to("cuda", torch.float64)
     x = (torch.rand(1, 700, 3, dtype=torch.float64, device="cuda") - 0.5).requires_grad_()
     h0 = (0.3 * torch.randn(1, 64, dtype=torch.float64, device="cuda")).requires_grad_()
     h, stats = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, return_stats=True, compile=True)
-    general = newton_apply(cell, x, NewtonConfig(max_iters=30), h0=h0, compile=False)
     assert stats.backend == "one_pass"
-    assert (h - cell_loop(cell, x, h0)).abs().max() <= 1e-10
-    inputs = [x, h0] + list(cell.parameters())
-    weight = torch.randn_like(h)
-    for got, wanted in zip(torch.autograd.grad((h * weight).sum(), inputs),
-                           torch.autograd.grad((general * weight).sum(), inputs)):
-        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+    assert_equals_the_loop_and_the_general_path(cell, x, h0, h)
 
 
 def test_compiled_cell_on_cuda_under_torch_compile_has_no_graph_break_and_equals_eager():

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -45,32 +46,35 @@ struct GruProblem {
 
 paraseq::NewtonMode mode_of(const benchmark::State& state) { return paraseq::NewtonMode(state.range(3)); }
 
-void gru_forward(benchmark::State& state) {
-  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+// ParaGRU's forward (and with `backward` its adjoint) of shape (B, T, H) under `config`, K = 3.
+void time_gru(benchmark::State& state, int B, int T, int H, const paraseq::NewtonConfig& config, bool backward) {
   GruProblem problem(B, T, H);
-  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
-  config.mode = mode_of(state);
+  View3 g("g", backward ? B : 0, T, H), du("du", backward ? B : 0, T, 3 * H);
+  View1 da("da", backward ? 3 * H : 0);
+  if (backward) fill(g, 1.0f, 3);
   const double elements = double(B) * T * H;
-  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+  const double bytes = (backward ? 16 + 32 : 16) * elements;
+  const double flops = (forward_flops_per_element + (backward ? backward_flops_per_element : 0)) * elements;
+  paraseq::bench::time_fenced(state, bytes, flops, [&](const Space& space) {
     paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
+    if (backward)
+      paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da, paraseq::ZeroInitialState{},
+                               paraseq::NoGradient{}, config);
   });
 }
 
-void gru_forward_backward(benchmark::State& state) {
-  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
-  GruProblem problem(B, T, H);
-  View3 g("g", B, T, H), du("du", B, T, 3 * H);
-  View1 da("da", 3 * H);
-  fill(g, 1.0f, 3);
+paraseq::NewtonConfig config_of(paraseq::NewtonMode mode) {
   paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
-  config.mode = mode_of(state);
-  const double elements = double(B) * T * H;
-  paraseq::bench::time_fenced(state, (16 + 32) * elements, (forward_flops_per_element + backward_flops_per_element) * elements,
-                              [&](const Space& space) {
-                                paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
-                                paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da,
-                                                         paraseq::ZeroInitialState{}, paraseq::NoGradient{}, config);
-                              });
+  config.mode = mode;
+  return config;
+}
+
+void gru_forward(benchmark::State& state) {
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config_of(mode_of(state)), false);
+}
+
+void gru_forward_backward(benchmark::State& state) {
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config_of(mode_of(state)), true);
 }
 
 void gru_shapes(benchmark::internal::Benchmark* bench) {
@@ -142,15 +146,9 @@ PARASEQ_BENCHMARK(gru_heads_forward_backward)->Apply(gru_heads_shapes);
 // The fused forward at the anchor shape with P threads per lane (NewtonConfig::fused_team_threads),
 // so that the device rule choosing P can be checked against its neighbours in one run.
 void gru_forward_fused_threads(benchmark::State& state) {
-  const int B = 16, T = 4096, H = 1024;
-  GruProblem problem(B, T, H);
-  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
-  config.mode = paraseq::NewtonMode::fused;
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::fused);
   config.fused_team_threads = int(state.range(0));
-  const double elements = double(B) * T * H;
-  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::newton_solve(space, problem.cell(), problem.u, problem.h, config);
-  });
+  time_gru(state, 16, 4096, 1024, config, false);
 }
 void fused_thread_counts(benchmark::internal::Benchmark* bench) {
   bench->ArgName("P");
@@ -158,6 +156,61 @@ void fused_thread_counts(benchmark::internal::Benchmark* bench) {
   else bench->DenseRange(2, 16, 2)->Arg(5);
 }
 PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
+
+// The one-pass mode at the long shapes with P threads per lane (a window of 8 P steps on devices),
+// forward and forward + backward (its one-pass adjoint): where the device rule's P (the fused
+// mode's: 16 at these shapes) stands against smaller teams with more windows.
+void gru_one_pass_threads(benchmark::State& state) {
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, state.range(4) != 0);
+}
+// The long shapes on devices; on hosts (one thread per window, chunks of up to 256 steps) a small one.
+std::vector<std::tuple<int, int, int>> one_pass_shapes() {
+  if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) return {{1, 4096, 64}};
+  return {{1, 65536, 256}, {1, 1 << 20, 64}, {4, 1 << 18, 128}};
+}
+std::vector<int> one_pass_thread_choices() {
+  if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) return {1};
+  return {2, 4, 8, 12, 16};
+}
+void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "P", "backward"});
+  for (int backward : {0, 1})
+    for (auto [B, T, H] : one_pass_shapes())
+      for (int P : one_pass_thread_choices()) bench->Args({B, T, H, P, backward});
+}
+PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
+
+// The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
+// 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
+// look-back walks. Both kernels are built here, for the benchmark's own View types, and run with
+// P threads per lane (windows of L x P steps).
+template <int ChunkCapacity>
+void one_pass_with_chunks(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  const auto cell = problem.cell();
+  // The View types newton_solve gives its compiled instances, so that L = 8 is the library's kernel.
+  const paraseq::InView<float, 3, Space> u = problem.u;
+  const paraseq::OutView<float, 3, Space> h = problem.h;
+  const paraseq::InView<float, 2, Space> no_h0;
+  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+    paraseq::detail::one_pass_newton<float, ChunkCapacity>(space, cell, u, h, no_h0, config, shape);
+  });
+}
+void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "P"});
+  for (auto [B, T, H] : one_pass_shapes())
+    for (int P : one_pass_thread_choices())
+      if (P % 4 == 0 || P == 1) bench->Args({B, T, H, P});
+}
+PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
 
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {

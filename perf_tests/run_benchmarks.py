@@ -89,28 +89,37 @@ def benchmark_command(executable, benchmark_filter, repetitions, min_time):
     return command
 
 
+class BenchmarkFailed(RuntimeError):
+    pass
+
+
 def run_json(command, what, timeout=None):
-    """Runs one benchmark command and returns its JSON report; a failure ends the run (a timeout
-    raises subprocess.TimeoutExpired to the caller)."""
+    """Runs one benchmark command and returns its JSON report; a failure raises BenchmarkFailed
+    (a timeout subprocess.TimeoutExpired) to the caller."""
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
-        raise SystemExit(f"run_benchmarks: {what} failed with exit code {result.returncode}")
+        raise BenchmarkFailed(f"run_benchmarks: {what} failed with exit code {result.returncode}")
     return json.loads(result.stdout)
 
 
 def run_suite(executable, benchmark_filter, repetitions, min_time):
-    return run_json(benchmark_command(executable, benchmark_filter, repetitions, min_time), executable)
+    """The whole selection in one process: a failure ends the run."""
+    try:
+        return run_json(benchmark_command(executable, benchmark_filter, repetitions, min_time), executable)
+    except BenchmarkFailed as failure:
+        raise SystemExit(str(failure))
 
 
 def run_each(executable, benchmark_filter, repetitions, min_time, timeout, partial_path=None):
-    """Every benchmark in a process of its own, stopped after `timeout` seconds: one slow case costs
-    its timeout, not the run, and is reported as timed out. The raw results so far are rewritten to
-    partial_path after each benchmark, so an interrupted run keeps what it measured."""
+    """Every benchmark in a process of its own, stopped after `timeout` seconds: one slow or failing
+    case costs its timeout or its exit, not the run, and is reported as timed out or failed. The raw
+    results so far are rewritten to partial_path after each benchmark, so an interrupted run keeps
+    what it measured."""
     listed = subprocess.run([executable, "--benchmark_list_tests"] +
                             ([f"--benchmark_filter={benchmark_filter}"] if benchmark_filter else []),
                             capture_output=True, text=True, check=True).stdout.split()
-    raw = {"context": {}, "benchmarks": [], "timed_out": []}
+    raw = {"context": {}, "benchmarks": [], "timed_out": [], "failed": []}
     for name in listed:
         command = benchmark_command(executable, "^" + re.escape(name) + "$", repetitions, min_time)
         try:
@@ -118,6 +127,9 @@ def run_each(executable, benchmark_filter, repetitions, min_time, timeout, parti
         except subprocess.TimeoutExpired:
             raw["timed_out"].append(name)
             print(f"{name}: timed out after {timeout} s", flush=True)
+        except BenchmarkFailed as failure:
+            raw["failed"].append(name)
+            print(failure, flush=True)
         else:
             raw["context"] = one.get("context", {})
             raw["benchmarks"].extend(one["benchmarks"])
@@ -287,11 +299,14 @@ def main():
         "suite": "quick" if args.quick and not args.filter else "full",
         "results": results,
         "timed_out": raw.get("timed_out", []),
+        "failed": raw.get("failed", []),
     }
     if not args.summary:
         print_table(report["results"])
     for name in report["timed_out"]:
         print(f"{name} timed out after {args.timeout} s")
+    for name in report["failed"]:
+        print(f"{name} failed")
     if args.out:
         with open(args.out, "w") as out:
             json.dump(report, out, indent=1)
@@ -314,6 +329,8 @@ def main():
         print(f"{len(report['results'])} benchmarks run")
     if regressions and args.fail_on_regression:
         raise SystemExit(1)
+    if report["failed"]:
+        raise SystemExit(f"run_benchmarks: {len(report['failed'])} benchmarks failed (the report has the rest)")
 
 
 if __name__ == "__main__":

@@ -165,11 +165,12 @@ fi
 [[ -z ${benchmarks_pid:-} ]] || wait "$benchmarks_pid" || grep -A20 "FAILED" "$out/build-benchmarks.log" | head -n 40
 
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
-targets='scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
+targets='ceiling_copy|scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'
 targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1/T:65536/H:256/|gru_forward_long/'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[012]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[012]/stepped:0' # fields of run-time size
 targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
+targets+='|gru_one_pass_(threads|chunks)/' # the one-pass mode's threads per lane and steps per thread
 targets=${PARASEQ_BENCH_FILTER:-$targets}
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \

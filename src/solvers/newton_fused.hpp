@@ -187,10 +187,12 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // grouped cells, L = the capacity, and P threads per lane so that the teams hold about a quarter
 // of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window and
 // config.fused_team_threads override either (fit_fused_plan checks the team size against the space).
+// `capacity` is the kernel's chunk capacity (a kernel built with fewer steps per thread than the
+// space's, as perf_tests/bench_newton.cpp measures, plans with its own).
 template <class Cell, class Acc, class ExecSpace>
-FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const NewtonConfig& config) {
+FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const NewtonConfig& config,
+                     int capacity = fused_chunk_capacity<Cell, ExecSpace>) {
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  constexpr int capacity = fused_chunk_capacity<Cell, ExecSpace>;
   FusedPlan plan;
   plan.lanes = on_host || Cell::structure::fixed_group_size == 0 ? 1 : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
@@ -223,12 +225,15 @@ struct LinearizedStep {
   }
 };
 
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit>
+// ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
+// benchmark builds the kernel with another).
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
   static constexpr int MapSize = map_size<D>;
-  static constexpr int Capacity = fused_chunk_capacity<Cell, ExecSpace>;
+  static constexpr int Capacity = ChunkCapacity;
   static constexpr bool Cached = fused_caches_linearization<Cell>;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;

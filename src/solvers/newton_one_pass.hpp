@@ -119,9 +119,9 @@ struct OnePassChain {
 
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
 // with FusedNewton's machinery and OnePassChain.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity>
 struct OnePassNewton {
-  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false>; // no early exit
+  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D>;
 
@@ -147,14 +147,17 @@ struct OnePassNewton {
 };
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+// ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
+// perf_tests/bench_newton.cpp builds others to measure the trade-off of registers against windows.
+template <class Acc, int ChunkCapacity = 0, class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View>;
+  constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
-  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, capacity);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
   auto functor_for = [&](const FusedPlan& chosen, Acc* values, const Kokkos::View<int*, memory_space>& statuses) {
     const int windows = int(ceil_div(shape.steps, chosen.window));

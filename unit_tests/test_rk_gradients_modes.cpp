@@ -92,7 +92,8 @@ TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheS
   using Space = TypeParam;
   const AdaptiveOscillators<Space> problem(53);
   const int N = problem.N, n = problem.n;
-  const auto &batch = problem.batch, &steps = problem.steps;
+  const auto& batch = problem.batch;
+  const auto& steps = problem.steps;
   const auto &y1 = problem.y1, &w = problem.w;
   const auto &observed = problem.observed, &w_obs = problem.w_obs;
   using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
@@ -130,7 +131,8 @@ TYPED_TEST(RungeKuttaGradientModes, ForwardStepCountsGiveTheBitsOfCountedOnes) {
   using Space = TypeParam;
   const AdaptiveOscillators<Space> problem(57);
   const int N = problem.N, n = problem.n;
-  const auto &batch = problem.batch, &steps = problem.steps;
+  const auto& batch = problem.batch;
+  const auto& steps = problem.steps;
   const auto &y1 = problem.y1, &w = problem.w;
   const auto &observed = problem.observed, &w_obs = problem.w_obs;
   const auto forward = ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), steps,

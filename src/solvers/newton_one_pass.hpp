@@ -157,7 +157,7 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
-  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, capacity);
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
   auto functor_for = [&](const FusedPlan& chosen, Acc* values, const Kokkos::View<int*, memory_space>& statuses) {
     const int windows = int(ceil_div(shape.steps, chosen.window));

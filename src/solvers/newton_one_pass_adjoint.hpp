@@ -138,7 +138,7 @@ one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const
   using partial_view = typename functor_type::partial_view;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize;
-  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config);
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true);
   const int tiles = int(ceil_div(shape.groups, plan.lanes));
   const Iterate<HView, H0View> trajectory{h, h0, shape.group_size};
   auto functor_for = [&](const FusedPlan& chosen, const partial_view& partial, Acc* values,

@@ -194,7 +194,7 @@ TEST(RungeKuttaCheckpointSegments, EveryStepCountReplaysAtTheSameBackwardIterati
   }
 }
 
-// Shared gradients of more trajectories than one block of their sum holds (SharedGradientSum: 256
+// Shared gradients of more trajectories than one block of their sum holds (OrderedColumnSum: 256
 // rows per block here), in chunks that start inside blocks: the same bits as in one chunk, and
 // within float's accuracy of the sum of one-trajectory solves.
 TYPED_TEST(RungeKuttaGradientModes, SharedGradientBlocksGiveTheSameBitsInEveryChunking) {

@@ -32,6 +32,7 @@
 
 #include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/ordered_column_sum.hpp>
 #include <paraseq/core/team_policy.hpp>
 #include <paraseq/loops/field.hpp>
 #include <paraseq/loops/integrate_kernels.hpp>
@@ -85,7 +86,7 @@ inline int checkpoint_interval(int requested, long steps) {
 //   shared rows   Q sizeof(T)
 // Batches whose total exceeds SolveOptions::max_gradient_workspace_bytes run in chunks. With the
 // default k the checkpoints and the segment together hold about 2 sqrt(steps) states. A call with a
-// shared gradient also uses its block sums: at most max(Q, 65536) doubles (SharedGradientSum). All
+// shared gradient also uses its block sums: at most max(Q, 65536) doubles (OrderedColumnSum). All
 // of it stays in the workspace cache for the next call until paraseq::release_workspace().
 template <class T>
 std::size_t gradient_workspace_bytes(bool adaptive, int n, long steps, int interval, int shared_parameters) {
@@ -583,78 +584,6 @@ Report<typename Space::memory_space> forward_pass(const std::string& fn, const S
   return report;
 }
 
-// The shared parameters' gradient rows of all N trajectories summed into total [Q] in one order
-// that neither the device nor the chunking of the batch changes: the rows go in blocks of a size
-// that N and Q alone set, each block is summed in row order (a chunk continues the blocks it
-// shares with the chunk before it), then the blocks in order. One thread per (q, block) of a
-// chunk: 2^20 trajectories with two shared coefficients take 8192 threads on a GPU, where one
-// thread per q walking every row took tens of milliseconds.
-template <class Rows, class Blocks>
-struct AddRowsToBlocks {
-  Rows rows;
-  Blocks blocks;
-  long begin, count, rows_per_block, first_block, block_count;
-  KOKKOS_INLINE_FUNCTION void operator()(long index) const {
-    const long block = first_block + index % block_count;
-    const int q = int(index / block_count);
-    const long end = Kokkos::min((block + 1) * rows_per_block, begin + count);
-    double sum = blocks(q, block);
-    for (long row = Kokkos::max(block * rows_per_block, begin); row < end; ++row) sum += double(rows(row - begin, q));
-    blocks(q, block) = sum;
-  }
-};
-
-template <class Blocks, class Total>
-struct SumBlocks {
-  Blocks blocks;
-  Total total;
-  KOKKOS_INLINE_FUNCTION void operator()(int q) const {
-    double sum = 0;
-    for (std::size_t block = 0; block < blocks.extent(1); ++block) sum += blocks(q, block);
-    total(q) = sum;
-  }
-};
-
-template <class Space>
-class SharedGradientSum {
-  using Mem = typename Space::memory_space;
-  using Blocks = Kokkos::View<double**, Kokkos::LayoutRight, Mem>;
-
-public:
-  // The block sums start at zero in the workspace cache (nothing to take without shared parameters).
-  SharedGradientSum(const Space& space, long N, int Q) : rows_per_block_(rows_per_block(N, Q)) {
-    if (Q > 0)
-      blocks_ = paraseq::detail::zeroed_workspace_view<Blocks>(space, "paraseq::ode::shared_gradient_blocks", Q,
-                                                              std::max<long>(1, (N + rows_per_block_ - 1) / rows_per_block_));
-  }
-
-  // About 2^16 (q, block) pairs, of at least 256 rows each: at most max(Q, 2^16) doubles.
-  static long rows_per_block(long N, int Q) {
-    const long blocks = std::max(1, 65536 / std::max(Q, 1));
-    return std::max<long>(256, (N + blocks - 1) / blocks);
-  }
-
-  // Adds rows [0, count) of `rows` [chunk, Q], trajectories begin .. begin + count - 1.
-  template <class Rows>
-  void add(const Space& space, const Rows& rows, long begin, long count) const {
-    if (count <= 0 || blocks_.extent(0) == 0) return;
-    const long first = begin / rows_per_block_, block_count = (begin + count - 1) / rows_per_block_ - first + 1;
-    Kokkos::parallel_for("paraseq::ode::shared_gradient_blocks",
-                         Kokkos::RangePolicy<Space, Kokkos::IndexType<long>>(space, 0, block_count * long(blocks_.extent(0))),
-                         AddRowsToBlocks<Rows, Blocks>{rows, blocks_, begin, count, rows_per_block_, first, block_count});
-  }
-
-  template <class Total>
-  void write(const Space& space, const Total& total) const {
-    Kokkos::parallel_for("paraseq::ode::shared_gradient_sum", Kokkos::RangePolicy<Space>(space, 0, int(total.extent(0))),
-                         SumBlocks<Blocks, Total>{blocks_, total});
-  }
-
-private:
-  long rows_per_block_;
-  Blocks blocks_;
-};
-
 // Each adaptive trajectory's lag (Checkpoints): its accepted steps (counted before the checkpointing
 // pass) rounded up to a multiple of the interval, less themselves.
 template <class Lag, class Accepted>
@@ -838,7 +767,10 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
     const int chunk = int(std::min<std::size_t>(std::max<long>(N, 1), options.max_gradient_workspace_bytes / per_trajectory));
 
     CarryViews<T, Space> carry(space, chunk, n, true);
-    const SharedGradientSum<Space> shared_sum(space, N, shared_rows);
+    // The shared parameters' gradient rows of all N trajectories, summed in an order that neither
+    // the device nor the chunking of the batch changes (blocks of at least 256 trajectories).
+    const paraseq::detail::OrderedColumnSum<Space> shared_sum(space, "paraseq::ode::shared_gradient_blocks", N,
+                                                              shared_rows, 256);
     Checkpoints<T, Space> checkpoints(space, adaptive, chunk, most_steps / interval + 1, interval, n);
     // The backward kernel's InitTag sets every row of these before it reads them.
     using Grads = BackwardData<T, Space>;

@@ -5,6 +5,7 @@
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>
+#include <paraseq/core/ordered_column_sum.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/cell.hpp>
@@ -420,42 +421,15 @@ struct SumPartials {
   }
 };
 
-// blocks(k, p) = sum over rows r of block k of partial(r, p), rows in order.
-template <class PartialView, class BlockView>
-struct SumPartialBlocks {
-  PartialView partial;
-  BlockView blocks;
-  std::size_t block_rows;
-  KOKKOS_INLINE_FUNCTION void operator()(std::size_t index) const {
-    const std::size_t columns = blocks.extent(1), k = index / columns, p = index % columns;
-    const std::size_t end = Kokkos::min(partial.extent(0), (k + 1) * block_rows);
-    typename BlockView::non_const_value_type sum = 0;
-    for (std::size_t r = k * block_rows; r < end; ++r) sum += partial(r, p);
-    blocks(k, p) = sum;
-  }
-};
-
-// out(p) = the sum of column p of partial in a fixed order (bitwise repeatable): up to 64 rows in
-// row order, more in blocks of 64 rows, then the blocks in order, so that thousands of rows (the
-// one-pass adjoint's, one per window) are not one thread's chain of dependent loads.
+// out(p) = the sum of column p of partial in a fixed order (bitwise repeatable; OrderedColumnSum):
+// blocks of at least 64 rows, each in row order, then the blocks in order, so that thousands of
+// rows (the one-pass adjoint's, one per window) are not one thread's chain of dependent loads.
 template <class ExecSpace, class PartialView, class OutView>
 void sum_partials(const ExecSpace& space, const PartialView& partial, const OutView& out) {
-  constexpr std::size_t block_rows = 64;
-  const std::size_t rows = partial.extent(0), columns = partial.extent(1);
-  if (rows > block_rows) {
-    using block_view = Kokkos::View<typename PartialView::non_const_value_type**, Kokkos::LayoutRight,
-                                    typename ExecSpace::memory_space>;
-    const auto blocks = workspace_view<block_view>(space, "paraseq::newton_param_partial_blocks",
-                                                   ceil_div(long(rows), long(block_rows)), columns);
-    Kokkos::parallel_for("paraseq::newton_param_gradient_blocks",
-                         Kokkos::RangePolicy<ExecSpace>(space, 0, blocks.extent(0) * columns),
-                         SumPartialBlocks<PartialView, block_view>{partial, blocks, block_rows});
-    Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, columns),
-                         SumPartials<block_view, OutView>{blocks, out});
-  } else {
-    Kokkos::parallel_for("paraseq::newton_param_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, columns),
-                         SumPartials<PartialView, OutView>{partial, out});
-  }
+  const long rows = long(partial.extent(0));
+  const OrderedColumnSum<ExecSpace> sum(space, "paraseq::newton_param_partial_blocks", rows, int(partial.extent(1)), 64);
+  sum.add(space, partial, 0, rows);
+  sum.write(space, out);
 }
 
 } // namespace detail

@@ -34,8 +34,9 @@
 // ceil(T / W) * B * param_count values of Acc (a row per window of W steps, the fused plan's) and
 // ceil(T / W) * B * groups * (d^2 + 2d) for the windows' maps and nus; newton, mu (B*T*N values of
 // h's type), runs * param_count values of Acc (runs <= B * 64) and the ordered scan's chunk buffers,
-// at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks (0 when G = 1). More than
-// 64 rows of parameter sums add ceil(rows / 64) * param_count values of Acc.
+// at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks (0 when G = 1). The rows of
+// parameter sums are added in blocks of at least 64 rows, whose sums take ceil(rows / r) * param_count
+// doubles (r >= 64 rows per block; at most about max(param_count, 65536) of them).
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/linear_scan.hpp>

@@ -188,8 +188,8 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window and
 // config.fused_team_threads override either (fit_fused_plan checks the team size against the space).
 // The one-pass modes (`windows_at_once`: a team per window, so always teams enough) take at most
-// 256 threads per team: two teams of 8 x 32 threads per SM ran ParaGRU's one-pass forward 8% faster
-// than one of 16 x 32 at the same registers (H100, 2026-12-06, gru_one_pass_threads).
+// 256 threads per team: two teams of 8 x 32 threads per SM ran ParaGRU's one-pass forward 3-8%
+// faster than one of 16 x 32 at the same registers (H100, 2026-12-06, gru_one_pass_threads).
 // `capacity` is the kernel's chunk capacity (a kernel built with fewer steps per thread than the
 // space's, as perf_tests/bench_newton.cpp measures, plans with its own).
 template <class Cell, class Acc, class ExecSpace>
@@ -204,8 +204,10 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
   const long filling = std::max(1L, ceil_div(space.concurrency() / 4, std::max(1L, teams) * plan.lanes));
   if (config.fused_team_threads > 0) plan.team_chunks = config.fused_team_threads;
   else if (config.fused_window > 0 && !on_host) plan.team_chunks = int(ceil_div(config.fused_window, capacity));
-  else if (!on_host)
-    plan.team_chunks = int(std::clamp(std::min(filling, by_scratch), 1L, windows_at_once ? std::min(16L, 256L / plan.lanes) : 16L));
+  else if (!on_host) {
+    const long most = windows_at_once ? std::min(16L, 256L / plan.lanes) : 16L;
+    plan.team_chunks = int(std::clamp(std::min(filling, by_scratch), 1L, most));
+  }
   plan.chunk_length = config.fused_window > 0 ? int(ceil_div(config.fused_window, plan.team_chunks)) : capacity;
   if (plan.chunk_length > capacity)
     throw_invalid(newton_fn, "config.fused_window", std::to_string(config.fused_window) + " steps over " +

@@ -158,8 +158,8 @@ void fused_thread_counts(benchmark::internal::Benchmark* bench) {
 PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
 
 // The one-pass mode at the long shapes with P threads per lane (a window of 8 P steps on devices),
-// forward and forward + backward (its one-pass adjoint): where the device rule's P (the fused
-// mode's: 16 at these shapes) stands against smaller teams with more windows.
+// forward and forward + backward (its one-pass adjoint): where the device rule's P (8 at these
+// shapes: teams of at most 256 threads) stands against its neighbours.
 void gru_one_pass_threads(benchmark::State& state) {
   paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
   config.fused_team_threads = int(state.range(3));
@@ -184,8 +184,8 @@ PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
 
 // The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
 // 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
-// look-back walks. Both kernels are built here, for the benchmark's own View types, and run with
-// P threads per lane (windows of L x P steps).
+// look-back walks. Both kernels are built here and run with P threads per lane (windows of L x P
+// steps).
 template <int ChunkCapacity>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));

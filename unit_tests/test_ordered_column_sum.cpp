@@ -52,22 +52,30 @@ std::vector<double> chunked_sums(const View2<float, Space>& rows, const std::vec
   return std::vector<double>(host.data(), host.data() + C);
 }
 
+// R x C row-major values from `draw(generator)`, seeded, and their column sums by a float64 loop.
+struct ValuesAndSums {
+  std::vector<float> values;
+  std::vector<double> loop_sums;
+};
+template <class Distribution>
+ValuesAndSums values_and_sums(long R, int C, unsigned seed, Distribution draw) {
+  std::mt19937 generator(seed);
+  ValuesAndSums drawn{std::vector<float>(std::size_t(R) * C), std::vector<double>(C, 0.0)};
+  for (float& v : drawn.values) v = float(draw(generator));
+  for (long r = 0; r < R; ++r)
+    for (int q = 0; q < C; ++q) drawn.loop_sums[q] += double(drawn.values[std::size_t(r) * C + q]);
+  return drawn;
+}
+
 // Integers up to 1000 in magnitude: every partial sum is exact in double, so the sums equal the
 // float64 loop's whatever the order; 5003 rows of 64-row blocks make 79 blocks per column.
 TYPED_TEST(OrderedColumnSumTest, SumsOfIntegersEqualTheFloat64Loop) {
   const long R = 5003;
   const int C = 3;
-  std::mt19937 generator(7);
-  std::uniform_int_distribution<int> value(-1000, 1000);
-  std::vector<float> values(std::size_t(R) * C);
-  for (float& v : values) v = float(value(generator));
-  std::vector<double> expected(C, 0.0);
-  for (long r = 0; r < R; ++r)
-    for (int q = 0; q < C; ++q) expected[q] += double(values[std::size_t(r) * C + q]);
-
-  const auto rows = device_rows<TypeParam>(values, R, C);
-  EXPECT_EQ(chunked_sums<TypeParam>(rows, {R}, 64), expected);
-  EXPECT_EQ(chunked_sums<TypeParam>(rows, {1, 63, 64, 1000, 3875}, 64), expected);
+  const ValuesAndSums drawn = values_and_sums(R, C, 7, std::uniform_int_distribution<int>(-1000, 1000));
+  const auto rows = device_rows<TypeParam>(drawn.values, R, C);
+  EXPECT_EQ(chunked_sums<TypeParam>(rows, {R}, 64), drawn.loop_sums);
+  EXPECT_EQ(chunked_sums<TypeParam>(rows, {1, 63, 64, 1000, 3875}, 64), drawn.loop_sums);
 }
 
 // Random floats: within double rounding of the float64 loop, and the same bits in one chunk as in
@@ -75,17 +83,10 @@ TYPED_TEST(OrderedColumnSumTest, SumsOfIntegersEqualTheFloat64Loop) {
 TYPED_TEST(OrderedColumnSumTest, ChunksThatStartInsideBlocksGiveTheSameBits) {
   const long R = 70001;
   const int C = 2;
-  std::mt19937 generator(11);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> values(std::size_t(R) * C);
-  for (float& v : values) v = value(generator);
-  std::vector<double> loop(C, 0.0);
-  for (long r = 0; r < R; ++r)
-    for (int q = 0; q < C; ++q) loop[q] += double(values[std::size_t(r) * C + q]);
-
-  const auto rows = device_rows<TypeParam>(values, R, C);
+  const ValuesAndSums drawn = values_and_sums(R, C, 11, std::uniform_real_distribution<float>(-1.0f, 1.0f));
+  const auto rows = device_rows<TypeParam>(drawn.values, R, C);
   const std::vector<double> whole = chunked_sums<TypeParam>(rows, {R}, 256);
-  for (int q = 0; q < C; ++q) EXPECT_NEAR(whole[q], loop[q], 1e-9) << "column " << q;
+  for (int q = 0; q < C; ++q) EXPECT_NEAR(whole[q], drawn.loop_sums[q], 1e-9) << "column " << q;
   const std::vector<std::vector<long>> chunkings = {{100, R - 100}, {257, 255, 30000, R - 30512}, {R - 1, 1}};
   for (const auto& chunks : chunkings) {
     const std::vector<double> chunked = chunked_sums<TypeParam>(rows, chunks, 256);

@@ -82,6 +82,16 @@ struct AdaptiveOscillators {
     steps.t_end = 4, steps.rtol = 1e-9, steps.atol = 1e-11;
     steps.observation_times = {1.5};
   }
+  using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
+  // The loss's gradients of y0 and of the parameters under `options`, with the solve's report.
+  template <ode::CompiledModes Modes = ode::CompiledModes::all>
+  auto gradient(const ode::SolveOptions& options) const {
+    const Gradients g{View2<double, Space>("y0_bar", N, n), View2<double, Space>("p_bar", N, n)};
+    const auto report = ode::solve_with_gradient<Modes>(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
+                                                        ode::final_and_observed(y1, observed),
+                                                        ode::final_and_observed(w, w_obs), g, options);
+    return std::pair{g, report};
+  }
 };
 
 // Adaptive steps: trajectories of different step counts, whose segments are counted back from
@@ -92,21 +102,12 @@ TYPED_TEST(RungeKuttaGradientModes, AdaptiveCheckpointIntervalsAndChunksGiveTheS
   using Space = TypeParam;
   const AdaptiveOscillators<Space> problem(53);
   const int N = problem.N, n = problem.n;
-  const auto& batch = problem.batch;
-  const auto& steps = problem.steps;
-  const auto &y1 = problem.y1, &w = problem.w;
-  const auto &observed = problem.observed, &w_obs = problem.w_obs;
-  using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
   std::vector<int> accepted;
   auto gradients = [&](int interval, std::size_t workspace) {
-    const Gradients g{View2<double, Space>("y0_bar", N, n), View2<double, Space>("p_bar", N, n)};
     ode::SolveOptions options;
     options.checkpoint_interval = interval;
     options.max_gradient_workspace_bytes = workspace;
-    const auto report =
-        ode::solve_with_gradient<fused_only>(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
-                                             ode::final_and_observed(y1, observed), ode::final_and_observed(w, w_obs), g,
-                                             options);
+    const auto [g, report] = problem.template gradient<fused_only>(options);
     const auto counts = to_host(report.accepted);
     accepted.assign(counts.data(), counts.data() + N);
     return g;
@@ -131,23 +132,15 @@ TYPED_TEST(RungeKuttaGradientModes, ForwardStepCountsGiveTheBitsOfCountedOnes) {
   using Space = TypeParam;
   const AdaptiveOscillators<Space> problem(57);
   const int N = problem.N, n = problem.n;
-  const auto& batch = problem.batch;
-  const auto& steps = problem.steps;
-  const auto &y1 = problem.y1, &w = problem.w;
-  const auto &observed = problem.observed, &w_obs = problem.w_obs;
-  const auto forward = ode::solve(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
-                                  ode::final_and_observed(y1, observed));
-  using Gradients = ode::Gradients<View2<double, Space>, View2<double, Space>>;
+  const auto forward = ode::solve(Space{}, ode::DormandPrince5{}, problem.batch.problem(), problem.steps,
+                                  ode::final_and_observed(problem.y1, problem.observed));
   auto gradients = [&](const int* counts, ode::LoopMode mode, std::size_t workspace) {
-    const Gradients g{View2<double, Space>("y0_bar", N, n), View2<double, Space>("p_bar", N, n)};
     ode::SolveOptions options;
     options.accepted_steps = counts;
     options.mode = mode;
     options.checkpoint_interval = 3;
     options.max_gradient_workspace_bytes = workspace;
-    const auto report = ode::solve_with_gradient(Space{}, ode::DormandPrince5{}, batch.problem(), steps,
-                                                 ode::final_and_observed(y1, observed),
-                                                 ode::final_and_observed(w, w_obs), g, options);
+    const auto [g, report] = problem.gradient(options);
     EXPECT_TRUE(bitwise_equal(report.accepted, forward.accepted));
     EXPECT_EQ(report.max_accepted, forward.max_accepted);
     return g;

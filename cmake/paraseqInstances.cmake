@@ -149,11 +149,15 @@ endfunction()
 # gradients per type, of Euler and RK4 together, of Heun, and of DormandPrince5.
 function(paraseq_loop_unit out kind field_name state_size method type space)
   string(REPLACE "Kokkos::" "" space_name ${space})
+  set(host_space FALSE)
   if(space MATCHES "Serial|OpenMP|Threads")
-    set(unit odeint_${kind}_${field_name}_${space_name})
-  elseif(state_size STREQUAL "fixed" AND kind STREQUAL "forward")
-    set(unit odeint_forward_fixed_size_fields_${space_name})
-  elseif(state_size STREQUAL "fixed" OR kind STREQUAL "forward")
+    set(host_space TRUE)
+  endif()
+  # A forward loop compiles in less time than a unit's include of Kokkos on a host, and so does a
+  # fixed-size field's on a device: their fields share units.
+  if(kind STREQUAL "forward" AND (host_space OR state_size STREQUAL "fixed"))
+    set(unit odeint_forward_${state_size}_size_fields_${space_name})
+  elseif(host_space OR state_size STREQUAL "fixed" OR kind STREQUAL "forward")
     set(unit odeint_${kind}_${field_name}_${space_name})
   elseif(method IN_LIST PARASEQ_ETI_ADAPTIVE_METHODS)
     set(unit odeint_gradient_${field_name}_${method}_${type}_${space_name})
@@ -264,15 +268,15 @@ function(paraseq_generate_instances sources_var)
         string(REGEX REPLACE "[^A-Za-z0-9]+" "_" subject_name "${subject}")
         string(REGEX REPLACE "_$" "" subject_name "${subject_name}")
         set(name ${kind}_${subject_name}_${type}_${space_name})
-        # Most instances compile in less time than a unit's own include of Kokkos (about 11 s under
-        # nvcc on the H200 machine, for host instances too), so a unit holds several: on a host, a
-        # type's scans of every structure in both directions, or a cell's solve and backward pieces;
-        # on a device, where each piece takes longer, a direction's scans of the diagonal and block
-        # structures, Dense's in both directions, or a cell's solve and backward pieces together.
-        # The head GRU's fused kernel and solve (dense maps of up to 32 x 32) have units of their
-        # own, its scans' and backward's entry pieces one together; every cell's one-pass adjoint
-        # has a unit of its own. The kernels of a device scan that take tens of seconds each have
-        # units of their own (below).
+        # Most instances compile in less time than a unit's own include of Kokkos (about 9 s under
+        # nvcc, for host instances too), so a unit holds several: on a host, a type's scans of every
+        # structure in both directions, or a cell's solve and backward pieces; on a device, where each
+        # piece takes longer, a direction's scans of the diagonal and block structures, Dense's in
+        # both directions, or a cell's solve and backward pieces together. The head GRU's fused
+        # kernel and solve (dense maps of up to 32 x 32) have units of their own, its scans' and
+        # backward's entry pieces one together, its one-pass adjoint one. The kernels of a device
+        # scan that take tens of seconds each have units of their own (below); the other cells'
+        # one-pass adjoints join the kernels of their adjoint's scan.
         if(group STREQUAL "projection") # three small GEMMs and two reductions
           set(unit projection_${space_name})
         elseif(space MATCHES "Serial|OpenMP|Threads")
@@ -287,8 +291,10 @@ function(paraseq_generate_instances sources_var)
           else()
             set(unit ${kind}_Diagonal_BlockDiagonal_${type}_${space_name})
           endif()
-        elseif(kind STREQUAL "newton_one_pass_adjoint")
+        elseif(kind STREQUAL "newton_one_pass_adjoint" AND subject STREQUAL "ParaGRUHeads")
           set(unit ${name})
+        elseif(kind STREQUAL "newton_one_pass_adjoint")
+          set(unit newton_adjoint_pieces_${subject_name}_${type}_${space_name})
         elseif(subject STREQUAL "ParaGRUHeads")
           if(kind MATCHES "^newton_(solve|fused)$")
             set(unit ${name})
@@ -303,9 +309,15 @@ function(paraseq_generate_instances sources_var)
           foreach(tag IN LISTS PARASEQ_ETI_DEVICE_SCAN_KERNELS)
             set(kernel "struct paraseq::detail::ScanKernel<${scan}, paraseq::detail::${tag}>")
             string(APPEND externs_${group} "extern template ${kernel};\n")
-            # The head GRU's exact scans (dense maps, few groups) compile both kernels in about 20 s.
-            if(subject STREQUAL "ParaGRUHeads" AND NOT kind MATCHES "_quasi")
+            # A head GRU scan's two kernels compile in about 20 s, ParaSLSTM's (diagonal maps) in
+            # about 5 s each: its forward scans' four share a unit, its adjoint's two join its
+            # one-pass adjoint, as does the Apply kernel of the other cells' adjoint scans.
+            if(subject STREQUAL "ParaGRUHeads")
               set(kernel_unit ${name}_kernels)
+            elseif(subject STREQUAL "ParaSLSTM" AND group STREQUAL "newton")
+              set(kernel_unit newton_scan_kernels_${subject_name}_${type}_${space_name})
+            elseif(group STREQUAL "backward" AND (subject STREQUAL "ParaSLSTM" OR tag STREQUAL "ApplyTag"))
+              set(kernel_unit newton_adjoint_pieces_${subject_name}_${type}_${space_name})
             else()
               string(REPLACE "Tag" "" tag_name ${tag})
               set(kernel_unit ${name}_${tag_name})
@@ -342,7 +354,16 @@ function(paraseq_generate_instances sources_var)
       endforeach()
     endforeach()
   endforeach()
-  foreach(unit IN LISTS grouped_units)
+  # The device units first, the loops' (the longest) before the others: Ninja starts units in the
+  # order of the sources, so a parallel build ends with the short ones, not waiting for a long one.
+  set(host_units ${grouped_units})
+  list(FILTER host_units INCLUDE REGEX "_(Serial|OpenMP|Threads)$")
+  set(device_units ${grouped_units})
+  list(FILTER device_units EXCLUDE REGEX "_(Serial|OpenMP|Threads)$")
+  set(device_loop_units ${device_units})
+  list(FILTER device_loop_units INCLUDE REGEX "^odeint_")
+  list(FILTER device_units EXCLUDE REGEX "^odeint_")
+  foreach(unit IN LISTS device_loop_units device_units host_units)
     paraseq_write_unit(${unit} "${unit_headers_${unit}}" "${unit_definitions_${unit}}")
     list(APPEND sources ${PROJECT_BINARY_DIR}/eti/${unit}.cpp)
   endforeach()

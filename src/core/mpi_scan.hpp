@@ -42,6 +42,7 @@
 #endif
 
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/fill.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/structure.hpp>
 
@@ -367,7 +368,7 @@ auto scan_agreed(const ExecSpace& space, MPI_Comm comm, const Place& place, cons
     paraseq::linear_scan(space, Structure{}, A, b, h, entering, config);
   } else if (steps > 0) {
     Kokkos::View<T***, Kokkos::LayoutRight, memory_space> g_entering("paraseq::mpi::g_with_entering", B, steps, n);
-    Kokkos::deep_copy(space, g_entering, b);
+    paraseq::detail::copy(space, g_entering, b);
     Kokkos::parallel_for("paraseq::mpi::add_entering", Kokkos::RangePolicy<ExecSpace>(space, 0, B * n),
                            AddAtLastStep<decltype(g_entering), decltype(entering)>{g_entering, entering, n});
     paraseq::linear_scan_reverse(space, Structure{}, A, g_entering, h, config);

@@ -22,6 +22,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <paraseq/core/fill.hpp>
+
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -129,7 +131,7 @@ View workspace_view(const Space& space, const std::string& label, Extents... ext
 template <class View, class Space, class... Extents>
 View zeroed_workspace_view(const Space& space, const std::string& label, Extents... extents) {
   const View view = workspace_view<View>(space, label, extents...);
-  Kokkos::deep_copy(space, view, 0);
+  fill(space, view, 0);
   return view;
 }
 

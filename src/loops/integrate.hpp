@@ -32,6 +32,7 @@
 
 #include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/fill.hpp>
 #include <paraseq/core/ordered_column_sum.hpp>
 #include <paraseq/core/team_policy.hpp>
 #include <paraseq/loops/field.hpp>
@@ -799,9 +800,9 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
       // Without a counting pass the report comes chunk by chunk (the fused loop writes its rows).
       if ((!adaptive || given_counts) && L == Loop::stepped) {
         auto rows = std::make_pair(0, end - begin), part = std::make_pair(begin, end);
-        Kokkos::deep_copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
-        Kokkos::deep_copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
-        Kokkos::deep_copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
+        paraseq::detail::copy(space, Kokkos::subview(report.status, part), Kokkos::subview(carry.status, rows));
+        paraseq::detail::copy(space, Kokkos::subview(report.accepted, part), Kokkos::subview(carry.step, rows));
+        paraseq::detail::copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
       }
       if (given_counts) require_given_counts(fn, space, counts, report.accepted, begin, end);
       BackwardKernel backward{field, n, data, stepping, carry, checkpoints, grads, begin, 0};

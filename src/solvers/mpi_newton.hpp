@@ -53,6 +53,7 @@
 #endif
 
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/fill.hpp>
 #include <paraseq/core/mpi_scan.hpp>
 #include <paraseq/core/structure.hpp>
 #include <paraseq/solvers/cell.hpp>
@@ -395,7 +396,7 @@ initial_entering(const ExecSpace& space, const Place& place, const H0View& h0, i
   Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space> entering(
       Kokkos::view_alloc(space, "paraseq::mpi::newton_entering"), batch, n);
   if constexpr (Kokkos::is_view_v<H0View>)
-    if (place.rank == 0) Kokkos::deep_copy(space, entering, h0);
+    if (place.rank == 0) paraseq::detail::copy(space, entering, h0);
   return entering;
 }
 
@@ -412,7 +413,7 @@ void solve_over_ranks(const ExecSpace& space, MPI_Comm comm, const Place& place,
   using iterate_t = paraseq::detail::Iterate<HView, decltype(entering)>;
   const iterate_t iterate{h, entering, d};
 
-  if (config.initial_guess == InitialGuess::zeros) Kokkos::deep_copy(space, h, 0);
+  if (config.initial_guess == InitialGuess::zeros) paraseq::detail::fill(space, h, 0);
   else if (config.initial_guess == InitialGuess::cell_at_zero)
     Kokkos::parallel_for("paraseq::mpi::newton_guess", policy(space, 0, std::size_t(B) * steps * groups),
                          paraseq::detail::CellAtZeroState<T, Cell, UView, HView>{cell, u, h, steps, groups, d});
@@ -436,7 +437,7 @@ void solve_over_ranks(const ExecSpace& space, MPI_Comm comm, const Place& place,
     Kokkos::parallel_for("paraseq::mpi::newton_picard", policy(space, 0, std::size_t(B) * steps * groups),
                          paraseq::detail::PicardSweep<T, Cell, UView, iterate_t, values_view>{cell, u, iterate, c, steps,
                                                                                                 groups, d});
-    Kokkos::deep_copy(space, h, c);
+    paraseq::detail::copy(space, h, c);
     iterate_changed();
   }
   int iterations = 0;

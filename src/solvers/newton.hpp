@@ -55,6 +55,7 @@
 // that failed the check and stats, when given, are filled, so a caller can catch it and read them.
 
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/fill.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/structure.hpp>
@@ -275,7 +276,7 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
   // A restart (picard_adapt) cannot reuse a given guess: h was overwritten; it starts from f(0, u).
   InitialGuess guess = config.initial_guess;
   auto write_guess = [&](const IterateView& into) {
-    if (guess == InitialGuess::zeros) Kokkos::deep_copy(space, into, 0);
+    if (guess == InitialGuess::zeros) detail::fill(space, into, 0);
     else
       Kokkos::parallel_for("paraseq::newton_guess", Kokkos::RangePolicy<ExecSpace>(space, 0, std::size_t(B) * T * shape.groups),
                            CellAtZeroState<Acc, Cell, UView, IterateView>{cell, u, into, T, shape.groups, d});
@@ -331,7 +332,7 @@ int solve_by_scans(const ExecSpace& space, const Cell& cell, const UView& u, con
     checked_residual = r;
     break;
   }
-  if (in_work) Kokkos::deep_copy(space, h, work);
+  if (in_work) detail::copy(space, h, work);
   return iterations;
 }
 
@@ -354,9 +355,9 @@ void run_newton_solve(const ExecSpace& space, const Cell& cell, const UView& u, 
   Kokkos::View<double*, memory_space> residual;
   Kokkos::View<int*, memory_space> converged;
   if (stats || config.residual_atol || check_on_host)
-    residual = stats ? Kokkos::View<double*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_residual"), B)
+    residual = stats ? detail::zeroed_view<Kokkos::View<double*, memory_space>>(space, "paraseq::newton_residual", B)
                      : detail::zeroed_workspace_view<Kokkos::View<double*, memory_space>>(space, "paraseq::newton_residual", B);
-  if (stats) converged = Kokkos::View<int*, memory_space>(Kokkos::view_alloc(space, "paraseq::newton_converged"), B);
+  if (stats) converged = detail::zeroed_view<Kokkos::View<int*, memory_space>>(space, "paraseq::newton_converged", B);
   // Every pass and residual reads h through one unmanaged View type.
   using iterate_view = Kokkos::View<typename HView::non_const_data_type, typename HView::array_layout,
                                     typename HView::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

@@ -39,6 +39,7 @@
 // doubles (r >= 64 rows per block; at most about max(param_count, 65536) of them).
 
 #include <paraseq/core/errors.hpp>
+#include <paraseq/core/fill.hpp>
 #include <paraseq/core/linear_scan.hpp>
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/workspace.hpp>
@@ -242,7 +243,7 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
   const Iterate<HView, H0View> trajectory{h, h0, d};
   using partial_view = Kokkos::View<acc_t**, Kokkos::LayoutRight, memory_space>;
   if constexpr (!std::is_same_v<DH0View, NoGradient>)
-    if (T == 0 && dh0.data()) Kokkos::deep_copy(space, dh0, 0); // h depends on no h0
+    if (T == 0 && dh0.data()) detail::fill(space, dh0, 0); // h depends on no h0
 
   partial_view partial;
   const NewtonMode mode = choose_compiled_newton_mode<Modes, Cell, acc_t>(newton_backward_fn, space, config, shape);

@@ -8,6 +8,7 @@
 
 #include "newton_ops.hpp"
 
+#include <paraseq/core/fill.hpp>
 #include <paraseq/solvers/newton.hpp>
 #include <paraseq/solvers/newton_backward.hpp>
 
@@ -64,7 +65,7 @@ void newton_forward_on(const char* op, const NewtonTensors& tensors, const Newto
     }
   });
   if (with_residual) {
-    Kokkos::deep_copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
+    paraseq::detail::copy(space, as_view<double, 1, Space>(tensors.residual), stats.residual);
     // Filled by kernels from host values: no copy from host memory, so a captured graph stays valid.
     tensors.stats.select(0, 0).fill_(int64_t(stats.iterations));
     tensors.stats.select(0, 1).fill_(scan_backend_index(stats.mode));

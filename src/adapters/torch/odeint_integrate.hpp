@@ -6,6 +6,7 @@
 
 #include "odeint.hpp"
 
+#include <paraseq/core/fill.hpp>
 #include <paraseq/loops/integrate.hpp>
 #include <paraseq/loops/tableaus.hpp>
 
@@ -71,7 +72,7 @@ void integrate_field(const char* op, const OdeintArgs& args, const std::vector<d
     translate_errors([&] {
       const auto report = ode::solve<ode::CompiledModes::fused_only>(
           space, method, problem, steps, ode::observed(as_view<T, 3, Space>(tensors.observed)), options);
-      if (tensors.accepted.defined()) Kokkos::deep_copy(space, as_view<int, 1, Space>(tensors.accepted), report.accepted);
+      if (tensors.accepted.defined()) paraseq::detail::copy(space, as_view<int, 1, Space>(tensors.accepted), report.accepted);
     });
   });
 }

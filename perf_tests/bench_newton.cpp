@@ -89,12 +89,15 @@ PARASEQ_BENCHMARK(gru_forward)->Apply(gru_shapes);
 PARASEQ_BENCHMARK(gru_forward_backward)->Apply(gru_shapes);
 
 // Long sequences with few channels, where the one-pass mode is meant to beat both fused (windows
-// one after another) and newton (memory re-read every iteration): its three modes side by side.
+// one after another) and newton (memory re-read every iteration): its three modes side by side, and
+// the automatic rule's choice at the two shapes that gru_forward does not run.
 void long_sequence_shapes(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "mode"});
   for (auto mode : {paraseq::NewtonMode::newton, paraseq::NewtonMode::fused, paraseq::NewtonMode::one_pass})
     for (auto [B, T, H] : {std::tuple{1, 65536, 256}, {16, 4096, 1024}, {1, 1 << 20, 64}, {4, 1 << 18, 128}})
       bench->Args({B, T, H, long(mode)});
+  for (auto [B, T, H] : {std::tuple{1, 1 << 20, 64}, {4, 1 << 18, 128}})
+    bench->Args({B, T, H, long(paraseq::NewtonMode::automatic)});
 }
 PARASEQ_BENCHMARK(gru_forward)->Name("gru_forward_long")->Apply(long_sequence_shapes);
 

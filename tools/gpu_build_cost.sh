@@ -22,7 +22,8 @@
 # libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets);
 # compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
 # PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
-# one-channel scan and the RK4 gradient, and those kernels' registers (below); last extension-compile.json
+# fused forward and adjoint at (16, 4096, 1024), the one-channel scan and the RK4 gradient, and those
+# kernels' registers (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm decode"; empty: none) names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
@@ -225,6 +226,17 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
       --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
       >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
   done
+  # The fused forward and its adjoint at (16, 4096, 1024), the shape of the 0.50 and 1.0 ms targets
+  # (the fused mode is the automatic choice there), as ncu-wide-FusedNewton.csv and ncu-wide-FusedAdjoint.csv.
+  for kernel in FusedNewton FusedAdjoint; do
+    benchmark=$([[ $kernel == FusedNewton ]] && echo gru_forward || echo gru_forward_backward)
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+      --kernel-name "regex:$kernel<" --launch-skip 2 --launch-count 3 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
+      "$build/perf_tests/paraseq_benchmarks" \
+      --benchmark_filter="^$benchmark/B:16/T:4096/H:1024/mode:2/" --benchmark_min_time=5x \
+      >"$out/ncu-wide-$kernel.csv" 2>"$out/ncu-wide-$kernel.log" || echo "ncu: exit status $?" >>"$out/ncu-wide-$kernel.log"
+  done
   # The diagonal scan of one channel x 2^26 (its copy-bandwidth target): the scan's kernels.
   timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
     --kernel-name 'regex:OrderedScan<' --launch-skip 2 --launch-count 4 \
@@ -243,7 +255,7 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   # the ETI objects that hold them), as resource-usage.txt.
   find "$build/CMakeFiles/paraseq.dir/eti" -name '*.o' \( -name 'newton_ParaGRU_float_Cuda*' -o -name 'scan_Diagonal_*_float_Cuda*' \
     -o -name 'odeint_*_DampedOscillator_Cuda*' \) -print0 | xargs -0 -r -n 1 cuobjdump -res-usage 2>/dev/null |
-    python3 "$repo/perf_tests/resource_usage.py" 'OnePassNewton<|FusedNewton<|OrderedScan<paraseq::Diagonal|ode::detail::(Forward|Backward)<paraseq::ode::(RK4|DormandPrince5)' \
+    python3 "$repo/perf_tests/resource_usage.py" 'OnePassNewton<|FusedNewton<|FusedAdjoint<|OrderedScan<paraseq::Diagonal|ode::detail::(Forward|Backward)<paraseq::ode::(RK4|DormandPrince5)' \
     >"$out/resource-usage.txt" 2>&1 || true
 fi
 # The compiled path's first use (an nvcc compile of a generated extension, timed on the idle host)

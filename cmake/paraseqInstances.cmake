@@ -143,18 +143,17 @@ endfunction()
 
 # The unit of a loop instance. Every unit pays for its own include of Kokkos (about ten seconds with
 # nvcc, more than many instances' own code), so units hold several instances, up to about 40 s of
-# compilation on the H200 machine (docs/performance.md, "Build cost"): on a host, one unit per field
-# and kind; on a device, the forward loops of the fixed-size fields together, a fixed-size field's
-# gradients, a run-time-size field's forward loops (each a kernel set per state capacity), and its
-# gradients per type, of Euler and RK4 together, of Heun, and of DormandPrince5.
+# compilation on the H200 machine (docs/performance.md, "Build cost"): on a host, the forward loops of
+# the fixed-size fields together, those of the run-time-size fields together, and one unit per field
+# for its gradients; on a device, the forward loops of the fixed-size fields together, a fixed-size
+# field's gradients, a run-time-size field's forward loops (each a kernel set per state capacity),
+# and its gradients per type, of Euler and RK4 together, of Heun, and of DormandPrince5.
 function(paraseq_loop_unit out kind field_name state_size method type space)
   string(REPLACE "Kokkos::" "" space_name ${space})
   set(host_space FALSE)
   if(space MATCHES "Serial|OpenMP|Threads")
     set(host_space TRUE)
   endif()
-  # A forward loop compiles in less time than a unit's include of Kokkos on a host, and so does a
-  # fixed-size field's on a device: their fields share units.
   if(kind STREQUAL "forward" AND (host_space OR state_size STREQUAL "fixed"))
     set(unit odeint_forward_${state_size}_size_fields_${space_name})
   elseif(host_space OR state_size STREQUAL "fixed" OR kind STREQUAL "forward")
@@ -354,8 +353,8 @@ function(paraseq_generate_instances sources_var)
       endforeach()
     endforeach()
   endforeach()
-  # The device units first, the loops' (the longest) before the others: Ninja starts units in the
-  # order of the sources, so a parallel build ends with the short ones, not waiting for a long one.
+  # The device units first, the loops' (the longest) before the others: Ninja starts a target's units
+  # in the order of its sources, so a parallel build ends on short units, not waiting for a long one.
   set(host_units ${grouped_units})
   list(FILTER host_units INCLUDE REGEX "_(Serial|OpenMP|Threads)$")
   set(device_units ${grouped_units})

@@ -217,40 +217,32 @@ done
 # depend on how many set-up kernels a call makes), as ncu-mode2.csv and ncu-mode4.csv. The clocks
 # are left alone (--clock-control none).
 if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
+  # profile NAME KERNEL_REGEX BENCHMARK_FILTER MIN_TIME [ncu options]: the kernels of the benchmarks
+  # that match, as NAME.csv (ncu's messages in NAME.log).
+  profile() {
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+      --kernel-name "regex:$2" "${@:5}" --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
+      --benchmark_filter="$3" --benchmark_min_time="$4" >"$out/$1.csv" 2>"$out/$1.log" ||
+      echo "ncu: exit status $?" >>"$out/$1.log"
+  }
   for mode in 2 4; do
     kernel=$([[ $mode == 2 ]] && echo FusedNewton || echo OnePassNewton)
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-      --kernel-name "regex:$kernel<" --launch-skip 2 --launch-count 3 --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
-      "$build/perf_tests/paraseq_benchmarks" \
-      --benchmark_filter="^gru_forward/B:1/T:65536/H:256/mode:$mode/" --benchmark_min_time=5x \
-      >"$out/ncu-mode$mode.csv" 2>"$out/ncu-mode$mode.log" || echo "ncu: exit status $?" >>"$out/ncu-mode$mode.log"
+    profile "ncu-mode$mode" "$kernel<" "^gru_forward/B:1/T:65536/H:256/mode:$mode/" 5x --launch-skip 2 --launch-count 3
   done
   # The fused forward and its adjoint at (16, 4096, 1024), the shape of the 0.50 and 1.0 ms targets
   # (the fused mode is the automatic choice there), as ncu-wide-FusedNewton.csv and ncu-wide-FusedAdjoint.csv.
   for kernel in FusedNewton FusedAdjoint; do
     benchmark=$([[ $kernel == FusedNewton ]] && echo gru_forward || echo gru_forward_backward)
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-      --kernel-name "regex:$kernel<" --launch-skip 2 --launch-count 3 --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
-      "$build/perf_tests/paraseq_benchmarks" \
-      --benchmark_filter="^$benchmark/B:16/T:4096/H:1024/mode:2/" --benchmark_min_time=5x \
-      >"$out/ncu-wide-$kernel.csv" 2>"$out/ncu-wide-$kernel.log" || echo "ncu: exit status $?" >>"$out/ncu-wide-$kernel.log"
+    profile "ncu-wide-$kernel" "$kernel<" "^$benchmark/B:16/T:4096/H:1024/mode:2/" 5x --launch-skip 2 --launch-count 3
   done
   # The diagonal scan of one channel x 2^26 (its copy-bandwidth target): the scan's kernels.
-  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-    --kernel-name 'regex:OrderedScan<' --launch-skip 2 --launch-count 4 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
-    "$build/perf_tests/paraseq_benchmarks" --benchmark_filter='^scan_diagonal_forward/log2BN:0/log2T:26/sequential:0' \
-    --benchmark_min_time=5x >"$out/ncu-scan-one-channel.csv" 2>"$out/ncu-scan-one-channel.log" ||
-    echo "ncu: exit status $?" >>"$out/ncu-scan-one-channel.log"
+  profile ncu-scan-one-channel 'OrderedScan<' '^scan_diagonal_forward/log2BN:0/log2T:26/sequential:0' 5x \
+    --launch-skip 2 --launch-count 4
   # The RK4 gradient of 2^20 oscillators (1000 steps): its checkpointing forward loop, the backward
   # loop's init and the backward loop itself, as ncu-rk4-gradient.csv.
-  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-    --kernel-name 'regex:ode::detail::(Forward|Backward)<' --launch-count 6 --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
-    --benchmark_filter='^rk4_fixed/log2N:20/n:2/steps:1000/gradient:1/stepped:0/' --benchmark_min_time=1x \
-    >"$out/ncu-rk4-gradient.csv" 2>"$out/ncu-rk4-gradient.log" || echo "ncu: exit status $?" >>"$out/ncu-rk4-gradient.log"
+  profile ncu-rk4-gradient 'ode::detail::(Forward|Backward)<' '^rk4_fixed/log2N:20/n:2/steps:1000/gradient:1/stepped:0/' 1x \
+    --launch-count 6
   # Registers, stack and spills of those kernels as ptxas built them (cuobjdump's resource usage of
   # the ETI objects that hold them), as resource-usage.txt.
   find "$build/CMakeFiles/paraseq.dir/eti" -name '*.o' \( -name 'newton_ParaGRU_float_Cuda*' -o -name 'scan_Diagonal_*_float_Cuda*' \

@@ -101,6 +101,22 @@ void long_sequence_shapes(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(gru_forward)->Name("gru_forward_long")->Apply(long_sequence_shapes);
 
+// The one-pass mode at the long shape and the fused mode at the anchor shape with K = 1 .. 4
+// iterations: the slope is what one more iteration costs (its windows' exchanges included), the
+// intercept what a call pays once (reading u, writing h, the initial guess).
+void gru_forward_iterations(benchmark::State& state) {
+  paraseq::NewtonConfig config = config_of(mode_of(state));
+  config.max_iters = int(state.range(4));
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, false);
+}
+void iteration_counts(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "mode", "K"});
+  for (auto [B, T, H, mode] : {std::tuple{1, 65536, 256, paraseq::NewtonMode::one_pass},
+                               {16, 4096, 1024, paraseq::NewtonMode::fused}})
+    for (int K = 1; K <= 4; ++K) bench->Args({B, T, H, long(mode), K});
+}
+PARASEQ_BENCHMARK(gru_forward_iterations)->Apply(iteration_counts);
+
 // The head-block ParaGRU (ParaGRUHeads: a dense d_head x d_head block per head and gate) at the
 // shapes of perf_tests/compare.py's head section, forward and forward + backward in the modes the
 // automatic rule chooses between. Flops count each head's three matrix-vector products (6 d_head

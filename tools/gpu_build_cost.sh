@@ -222,7 +222,7 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   profile() {
     timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
       --kernel-name "regex:$2" "${@:5}" --section SpeedOfLight --section Occupancy --section LaunchStats \
-      --section MemoryWorkloadAnalysis --csv --page details "$build/perf_tests/paraseq_benchmarks" \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --csv --page details "$build/perf_tests/paraseq_benchmarks" \
       --benchmark_filter="$3" --benchmark_min_time="$4" >"$out/$1.csv" 2>"$out/$1.log" ||
       echo "ncu: exit status $?" >>"$out/$1.log"
   }
@@ -230,6 +230,15 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
     kernel=$([[ $mode == 2 ]] && echo FusedNewton || echo OnePassNewton)
     profile "ncu-mode$mode" "$kernel<" "^gru_forward/B:1/T:65536/H:256/mode:$mode/" 5x --launch-skip 2 --launch-count 3
   done
+  # Where the one-pass forward's warps wait, per SASS instruction (the sampled stall reasons of one
+  # launch), as ncu-mode4-source.csv.
+  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+    --kernel-name 'regex:OnePassNewton<' --launch-skip 2 --launch-count 1 --section WarpStateStats \
+    --section SourceCounters -f -o "/tmp/ncu-mode4-source" "$build/perf_tests/paraseq_benchmarks" \
+    --benchmark_filter='^gru_forward/B:1/T:65536/H:256/mode:4/' --benchmark_min_time=5x >"$out/ncu-mode4-source.log" 2>&1 &&
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" -i /tmp/ncu-mode4-source.ncu-rep --page source --csv \
+      --print-source sass >"$out/ncu-mode4-source.csv" 2>>"$out/ncu-mode4-source.log" ||
+    echo "ncu: exit status $?" >>"$out/ncu-mode4-source.log"
   # The fused forward and its adjoint at (16, 4096, 1024), the shape of the 0.50 and 1.0 ms targets
   # (the fused mode is the automatic choice there), as ncu-wide-FusedNewton.csv and ncu-wide-FusedAdjoint.csv.
   for kernel in FusedNewton FusedAdjoint; do

@@ -37,7 +37,9 @@
 # host: bench-baseline.json, then bench-again.json.
 # PARASEQ_OPERATORS_ONLY=1 builds the operator library alone (no ctest), for test_cuda.py and the
 # comparisons, and then, unless PARASEQ_BENCH=0 and PARASEQ_NCU=0, the benchmark binary beside
-# test_cuda.py (its build time is not measured). PARASEQ_BENCH_FILTER replaces the target
+# test_cuda.py (its build time is not measured), with the unit-test executables that
+# PARASEQ_UNIT_TESTS names (e.g. "paraseq_solvers_tests paraseq_workspace_tests"), whose CUDA tests
+# then run (unit-tests.log). PARASEQ_BENCH_FILTER replaces the target
 # benchmarks' filter (a regular expression of benchmark names).
 # PARASEQ_BENCH_ONLY=1 builds the benchmark binary alone (with the library, not the operators) as
 # the first phase and nothing else: a lease for the target benchmarks' speed (set
@@ -124,7 +126,7 @@ if [[ -n $baseline ]]; then
 fi
 # Operators only: the benchmarks, if wanted, are built beside the Python package's CUDA tests.
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 && (${PARASEQ_BENCH:-1} != 0 || ${PARASEQ_NCU:-0} == 1) ]]; then
-  ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks >"$out/build-benchmarks.log" 2>&1 &
+  ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks ${PARASEQ_UNIT_TESTS:-} >"$out/build-benchmarks.log" 2>&1 &
   benchmarks_pid=$!
 fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
@@ -164,6 +166,15 @@ if [[ -n ${ctest_pid:-} ]]; then
 fi
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 [[ -z ${benchmarks_pid:-} ]] || wait "$benchmarks_pid" || grep -A20 "FAILED" "$out/build-benchmarks.log" | head -n 40
+# Operators only: the unit-test executables named in PARASEQ_UNIT_TESTS (built beside the
+# benchmarks), their CUDA tests, as unit-tests.log.
+if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 ]]; then
+  for executable in ${PARASEQ_UNIT_TESTS:-}; do
+    timeout 600 "$build/unit_tests/$executable" --gtest_filter='*Cuda*' --gtest_brief=1 >>"$out/unit-tests.log" 2>&1 ||
+      echo "$executable: exit status $?" >>"$out/unit-tests.log"
+  done
+fi
+[[ ! -f $out/unit-tests.log ]] || tail -n 4 "$out/unit-tests.log"
 
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='ceiling_copy|scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'

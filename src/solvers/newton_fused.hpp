@@ -72,6 +72,9 @@ struct FusedPlan {
   int team_chunks = 1;  // P: threads per lane
   int chunk_length = 1; // L: steps per thread and window
   int window = 1;       // W = P x L
+  // The one-pass modes: a team per window, whose look-back loads the maps of the windows before it
+  // into team scratch of its own (exchange_through_look_back).
+  bool windows_at_once = false;
 };
 
 // Where a thread of a fused team works (this forward and the adjoint of newton_fused_adjoint.hpp):
@@ -112,22 +115,25 @@ KOKKOS_INLINE_FUNCTION FusedChunk fused_chunk(const FusedPlan& plan, int steps, 
 // the window is 0. The one-pass mode (newton_one_pass.hpp) replaces it by a look-back across teams.
 struct WindowsInOrder {
   static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
-  // Before iteration `iteration`: the lane's carry holds the state the window's first step is
+  // Whether the carry holds the iterate at the step before the window, which each iteration moves
+  // by omega times the delta entering the window (the one-pass mode), rather than a converged state.
+  static constexpr bool carries_iterate = false;
+  // The window's initial guess at its last step, by the thread that holds it (publish), then
+  // announced by the team after a barrier (announce).
+  template <class Acc>
+  KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread&, const Acc*, int) const {}
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void announce_guess(const Member&) const {}
+  // Before the first iteration: the lane's carry holds the state the window's first step is
   // linearised at (here: already there).
   template <class Member, class Scratch>
-  KOKKOS_INLINE_FUNCTION void begin_iteration(const Member&, const FusedThread&, const Scratch&, int) const {}
+  KOKKOS_INLINE_FUNCTION void enter_window(const Member&, const FusedThread&, const Scratch&) const {}
   // After the compose barrier: delta entering the window's first step (here: 0; the start is exact).
-  template <class Member, class Scratch, class MapOf, class Acc>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const Scratch&, const MapOf&, int, int,
-                                          int d, Acc* delta) const {
+  template <class Member, class SlotOf, class MapOf, class Acc>
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const FusedPlan&, const SlotOf&,
+                                          const MapOf&, int, int, int d, Acc* delta) const {
     for (int i = 0; i < d; ++i) delta[i] = Acc(0);
   }
-  // The window's last state after `level` updates (0: the guess), by the thread that holds it
-  // (publish), then announced by the team after a barrier (announce).
-  template <class Acc>
-  KOKKOS_INLINE_FUNCTION void publish_level(const FusedThread&, int, const Acc*, int) const {}
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void announce_level(const Member&, int) const {}
   // The window is done; `last` is its final state (the thread of the window's last step): the next
   // window of this team starts from it.
   template <class Scratch, class Acc>
@@ -138,16 +144,20 @@ struct WindowsInOrder {
 
 // The exchange of the one-pass kernels' chains of windows (newton_one_pass.hpp's deltas,
 // newton_one_pass_adjoint.hpp's nus), called by the whole team of entry `at`: it publishes the
-// entry's map `fold` (held by the thread that `folds`; entry 0's is read by no one) with status 1,
-// looks back to the nearest earlier entry that has published the state leaving it (status 2;
-// look_back_to_state), applies the maps in between one by one, publishes its own leaving state
-// fold(entering) with status 2, and lets the folding thread hand `entering` on (hand_on, before the
-// team's barrier). Every published state is its entry's map applied to the state before it,
-// wherever a look-back stopped: the result is bitwise reproducible. map_at(k), state_at(k) and
-// status_at(k) point at entry k's published values and status.
-template <class Acc, int D, class Member, class MapAt, class StateAt, class StatusAt, class HandOn>
-KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool folds, int at, int d, const Acc* fold,
-                                                       const MapAt& map_at, const StateAt& state_at,
+// entry's map `fold` (held by the thread that `folds`, its lane's p = 0; entry 0's is read by no
+// one) with status 1, looks back to the nearest earlier entry that has published the state leaving
+// it (status 2; look_back_to_state), applies the maps in between one by one, publishes its own
+// leaving state fold(entering) with status 2, and lets the folding thread hand `entering` on
+// (hand_on, before the team's barrier). Every published state is its entry's map applied to the
+// state before it, wherever a look-back stopped: the result is bitwise reproducible. map_at(k),
+// state_at(k) and status_at(k) point at entry k's published values and status (of the calling
+// thread's group). The maps in between are loaded P at a time by the lane's P threads into their
+// slots of the look-back's team scratch (slot_of(q), [P][lanes][MapSize]): a look-back across many
+// windows waits for one memory latency per P maps rather than one per map.
+template <class Acc, int D, class Member, class SlotOf, class MapAt, class StateAt, class StatusAt, class HandOn>
+KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const FusedThread& me, const FusedPlan& plan,
+                                                       const SlotOf& slot_of, bool folds, int at, int d,
+                                                       const Acc* fold, const MapAt& map_at, const StateAt& state_at,
                                                        const StatusAt& status_at, const HandOn& hand_on) {
   constexpr int MapSize = map_size<D>;
   if (folds && at > 0) {
@@ -157,16 +167,24 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool 
   }
   team.team_barrier();
   if (team.team_rank() == 0 && at > 0) Kokkos::atomic_store(status_at(at), 1);
-  const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1;
+  const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1; // the same on every thread
+  Acc entering[D], next[D];
   if (folds) {
-    Acc entering[D], map[MapSize], next[D];
     for (int i = 0; i < d; ++i) entering[i] = Acc(0);
     if (known >= 0) read_published_values(state_at(known), D, entering);
-    for (int k = known + 1; k < at; ++k) {
-      read_published_values(map_at(k), MapSize, map);
-      map_apply<Acc, D>(d, map, entering, next);
-      for (int i = 0; i < d; ++i) entering[i] = next[i];
-    }
+  }
+  for (int k0 = known + 1; k0 < at; k0 += plan.team_chunks) {
+    const int loaded = Kokkos::min(plan.team_chunks, at - k0);
+    if (me.live && me.p < loaded) read_published_values(map_at(k0 + me.p), MapSize, slot_of(me.p));
+    team.team_barrier();
+    if (folds)
+      for (int q = 0; q < loaded; ++q) {
+        map_apply<Acc, D>(d, slot_of(q), entering, next);
+        for (int i = 0; i < d; ++i) entering[i] = next[i];
+      }
+    team.team_barrier(); // the slots are read before the next round loads
+  }
+  if (folds) {
     map_apply<Acc, D>(d, fold, entering, state_at(at));
     Kokkos::memory_fence();
     hand_on(entering);
@@ -175,12 +193,20 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool 
   if (team.team_rank() == 0) Kokkos::atomic_store(status_at(at), 2);
 }
 
+// The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
+// a map per thread, [P][lanes][MapSize]; none for the fused mode.
+template <int D>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t look_back_scratch_values(const FusedPlan& plan) {
+  return plan.windows_at_once ? std::size_t(plan.lanes) * plan.team_chunks * map_size<D> : 0;
+}
+
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
-// the carry per lane ([P][lanes][map + d] + [lanes][d]).
+// the carry per lane ([P][lanes][map + d] + [lanes][d]), then the look-back's.
 template <class Cell>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPlan& plan) {
   constexpr int D = cell_group_bound<Cell>;
-  return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D);
+  return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D) +
+         look_back_scratch_values<D>(plan);
 }
 
 // Hosts: one thread per window, the longest chunk it holds. Devices: a warp of lanes per chunk for
@@ -196,11 +222,13 @@ template <class Cell, class Acc, class ExecSpace>
 FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const NewtonConfig& config,
                      bool windows_at_once = false, int capacity = fused_chunk_capacity<Cell, ExecSpace>) {
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  constexpr int D = cell_group_bound<Cell>;
   FusedPlan plan;
+  plan.windows_at_once = windows_at_once;
   plan.lanes = on_host || Cell::structure::fixed_group_size == 0 ? 1 : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
-  const long by_scratch = long((48 * 1024 / sizeof(Acc) - plan.lanes * cell_group_bound<Cell>) /
-                               (plan.lanes * (map_size<cell_group_bound<Cell>> + cell_group_bound<Cell>)));
+  const long per_thread = map_size<D> + D + (windows_at_once ? map_size<D> : 0);
+  const long by_scratch = long((48 * 1024 / sizeof(Acc) - plan.lanes * D) / (plan.lanes * per_thread));
   const long filling = std::max(1L, ceil_div(space.concurrency() / 4, std::max(1L, teams) * plan.lanes));
   if (config.fused_team_threads > 0) plan.team_chunks = config.fused_team_threads;
   else if (config.fused_window > 0 && !on_host) plan.team_chunks = int(ceil_div(config.fused_window, capacity));
@@ -260,12 +288,13 @@ struct FusedNewton {
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
-  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D] and
-  // the lanes' carries [lanes][D].
+  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D], the
+  // lanes' carries [lanes][D] and, for the one-pass mode, the look-back's maps [P][lanes][MapSize].
   struct Scratch {
     Acc* maps;
     Acc* boundary;
     Acc* carry; // this thread's lane
+    Acc* look_back;
   };
 
   // The team's scratch as `me` sees it, its lane's carry holding h0.
@@ -273,7 +302,8 @@ struct FusedNewton {
     scratch_view scratch(team.team_scratch(0), scratch_count());
     const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
     const Scratch shared{scratch.data(), scratch.data() + threads * MapSize,
-                         scratch.data() + threads * (MapSize + D) + me.lane * D};
+                         scratch.data() + threads * (MapSize + D) + me.lane * D,
+                         scratch.data() + threads * (MapSize + D) + std::size_t(plan.lanes) * D};
     const int d = fused_group_size<Cell>(shape);
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
     return shared;
@@ -308,6 +338,7 @@ struct FusedNewton {
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
     auto boundary_of = [&](int q) { return shared.boundary + (std::size_t(q) * plan.lanes + lane) * D; };
+    auto look_back_slot = [&](int q) { return shared.look_back + (std::size_t(q) * plan.lanes + lane) * MapSize; };
     const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
     const int active = Full ? plan.team_chunks : chunk.active, first = chunk.first, count = Full ? Capacity : chunk.count;
     const bool working = me.live && count > 0;
@@ -351,14 +382,14 @@ struct FusedNewton {
         }
       }
       publish_last(boundary_of(p));
-      if (p == active - 1) chain.publish_level(me, 0, last, d);
+      if (p == active - 1) chain.publish_guess(me, last, d);
     }
     team.team_barrier();
-    chain.announce_level(team, 0);
+    chain.announce_guess(team);
+    chain.enter_window(team, me, shared);
 
     int ran = iterations;
     for (int iteration = 0; iteration < iterations; ++iteration) {
-      chain.begin_iteration(team, me, shared, iteration);
       if (working)
         for (int i = 0; i < d; ++i) entering[i] = p == 0 ? shared.carry[i] : boundary_of(p - 1)[i];
       // Whether |F| <= atol at this thread's steps and channels (NaN is not); checked with EarlyExit.
@@ -396,7 +427,9 @@ struct FusedNewton {
       }
       // Re-run: delta enters the window (chain) and thread p through the maps of threads 0 .. p-1.
       Acc delta[D], next[D], previous[D];
-      chain.enter_delta(team, me, shared, map_of, active, iteration, d, delta);
+      chain.enter_delta(team, me, plan, look_back_slot, map_of, active, iteration, d, delta);
+      Acc entered[D]; // the delta entering the window
+      for (int i = 0; i < d; ++i) entered[i] = delta[i];
       if (working) {
         for (int q = 0; q < p; ++q) {
           map_apply<Acc, D>(d, map_of(q), delta, next);
@@ -420,17 +453,18 @@ struct FusedNewton {
             last[i] = x[s][i];
           }
         }
+        // The state before the window after this update, as the previous window's re-run moved it
+        // (set here, after the re-run, rather than where the delta enters: 19 registers fewer).
+        if constexpr (Chain::carries_iterate)
+          if (p == 0)
+            for (int i = 0; i < d; ++i) shared.carry[i] = entering[i] + omega * entered[i];
       }
       // Publish the new last states for the next iteration; after the last one, only the carry
       // (thread 0 read it before this iteration's barrier, and reads it again after the next
       // window's first barrier).
       if (iteration + 1 < iterations) {
-        if (working) {
-          publish_last(boundary_of(p));
-          if (p == active - 1) chain.publish_level(me, iteration + 1, last, d);
-        }
+        if (working) publish_last(boundary_of(p));
         team.team_barrier();
-        chain.announce_level(team, iteration + 1);
       }
     }
 

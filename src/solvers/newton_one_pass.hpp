@@ -7,19 +7,26 @@
 // mode's plan and per-window machinery (newton_fused.hpp: FusedNewton::run_window, its compose and
 // re-run phases and cached linearisations): it reads the window's u once, keeps the iterate on chip
 // for all K iterations and writes h once. Only what enters the window differs (OnePassChain):
-//   * the state its first step is linearised at in iteration k: the last state of window w - 1
-//     after k updates, which that window publishes (level k);
 //   * the delta entering it in iteration k: a decoupled look-back, as the ordered scan's one-pass
 //     kernel does (core/ordered_scan.hpp, ChainedTag; look_back_to_state). The window composes its
 //     threads' maps into the window's map delta_in -> delta_out and publishes it (status 1), finds
 //     the nearest earlier window of that iteration that has published its outgoing delta (status 2),
-//     applies the maps of the windows in between one by one, and publishes its own outgoing delta
+//     applies the maps of the windows in between one by one and publishes its own outgoing delta
 //     (status 2). Every delta is its window's map applied to the previous window's delta, whichever
 //     window a look-back stopped at: the result is bitwise reproducible.
+//   * the state its first step is linearised at in iteration k: the last state of window w - 1
+//     after k updates. Window w - 1 publishes only its initial guess there (before its first
+//     iteration: a short wait, once per window); window w moves it itself by omega times the delta
+//     entering it in each iteration (FusedNewton::run_window, Chain::carries_iterate), the update
+//     window w - 1's re-run makes, so no iteration waits for the window before it to finish the
+//     previous one. The two copies of that state agree to rounding (the entering delta comes from
+//     the composed window maps, the re-run's from the steps), which the newton mode's mathematics
+//     does not notice beyond rounding; each is computed the same way in every run.
 // Teams take windows in the order they start (a ticket, window-major), so every window a team
 // waits for belongs to a team that has started: the waits end on GPUs and on OpenMP.
-// Memory traffic: u read once, h written once, plus per window and iteration one map and two
-// states of every group (one workspace: K x windows x B x groups x (map + 2 states), and statuses).
+// Memory traffic: u read once, h written once, plus per window one guess of every group and per
+// window and iteration one map and one delta of every group (one workspace: windows x B x groups x
+// (D + K x (map + D)), and statuses).
 //
 // Unlike the fused mode's windows, which stop on their own (residual_atol), the one-pass windows
 // depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
@@ -39,12 +46,13 @@ namespace paraseq::detail {
 template <class Acc, int D>
 struct OnePassChain {
   static constexpr bool needs_window_map = true;
+  static constexpr bool carries_iterate = true;
   static constexpr int MapSize = map_size<D>;
 
-  Acc* maps;       // [K][windows][B][groups][MapSize]: window maps delta_in -> delta_out
-  Acc* deltas;     // [K][windows][B][groups][D]: the delta leaving each window
-  Acc* levels;     // [K][windows][B][groups][D]: each window's last state after k updates
-  int* statuses;   // after the ticket: [K][windows][B][tiles] map / delta statuses, then as many level statuses
+  Acc* maps;     // [K][windows][B][groups][MapSize]: window maps delta_in -> delta_out
+  Acc* deltas;   // [K][windows][B][groups][D]: the delta leaving each window
+  Acc* guesses;  // [windows][B][groups][D]: each window's initial guess at its last step
+  int* statuses; // after the ticket: [K][windows][B][tiles] delta statuses, then [windows][B][tiles] guess statuses
   int iterations, windows, batch, groups, tiles;
   int window, b, tile; // this team's
 
@@ -57,32 +65,43 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION int* delta_status(int iteration, int w) const {
     return statuses + 1 + entry(iteration, w, b) * tiles + tile;
   }
-  KOKKOS_INLINE_FUNCTION int* level_status(int level, int w) const {
-    return statuses + 1 + (entry(iterations, 0, 0) + entry(level, w, b)) * tiles + tile;
+  KOKKOS_INLINE_FUNCTION int* guess_status(int w) const {
+    return statuses + 1 + (entry(iterations, 0, 0) + entry(0, w, b)) * tiles + tile;
   }
 
-  // Iteration `iteration` linearises the window's first step at window w - 1's last state after
-  // `iteration` updates (window 0: at h0, already in the carry).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
+    Acc* published = guesses + values_at(0, window, me, D);
+    for (int i = 0; i < d; ++i) published[i] = last[i];
+    Kokkos::memory_fence(); // the state is visible before the status that announces it
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void announce_guess(const Member& team) const {
+    if (team.team_rank() == 0) Kokkos::atomic_store(guess_status(window), 1);
+  }
+
+  // The first iteration linearises the window's first step at window w - 1's initial guess at its
+  // last step (window 0: at h0, already in the carry).
   template <class Member, class Scratch>
-  KOKKOS_INLINE_FUNCTION void begin_iteration(const Member& team, const FusedThread& me, const Scratch& shared,
-                                              int iteration) const {
+  KOKKOS_INLINE_FUNCTION void enter_window(const Member& team, const FusedThread& me, const Scratch& shared) const {
     if (window == 0) return;
     if (team.team_rank() == 0) {
-      const volatile int* status = level_status(iteration, window - 1);
+      const volatile int* status = guess_status(window - 1);
       while (*status == 0) {
       }
     }
     team.team_barrier();
     Kokkos::memory_fence(); // what the status announces is read after it
-    if (me.live && me.p == 0) read_published_values(levels + values_at(iteration, window - 1, me, D), D, shared.carry);
+    if (me.live && me.p == 0) read_published_values(guesses + values_at(0, window - 1, me, D), D, shared.carry);
   }
 
   // The delta entering the window: publish the window's map, look back, publish the delta leaving.
   // The last thread's map slot (read by no re-run: a thread applies the maps before its own)
-  // passes it to the lane's threads; the carry keeps h0 for window 0's later iterations.
-  template <class Member, class Scratch, class MapOf>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const Scratch&,
-                                          const MapOf& map_of, int active, int iteration, int d, Acc* delta) const {
+  // passes it to the lane's threads.
+  template <class Member, class SlotOf, class MapOf>
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const FusedPlan& plan,
+                                          const SlotOf& look_back_slot, const MapOf& map_of, int active, int iteration,
+                                          int d, Acc* delta) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
     if (folds) {
@@ -90,7 +109,8 @@ struct OnePassChain {
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
     exchange_through_look_back<Acc, D>(
-        team, folds, window, d, fold, [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
+        team, me, plan, look_back_slot, folds, window, d, fold,
+        [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
         [&](int w) { return deltas + values_at(iteration, w, me, D); },
         [&](int w) { return delta_status(iteration, w); },
         [&](const Acc* entering) {
@@ -98,19 +118,6 @@ struct OnePassChain {
         });
     if (me.live)
       for (int i = 0; i < d; ++i) delta[i] = map_of(active - 1)[i];
-  }
-
-  // Levels 0 .. K - 1 (the last is the window's result, needed by no other window).
-  template <class T>
-  KOKKOS_INLINE_FUNCTION void publish_level(const FusedThread& me, int level, const T* last, int d) const {
-    if (level >= iterations) return; // no iteration linearises at it
-    Acc* published = levels + values_at(level, window, me, D);
-    for (int i = 0; i < d; ++i) published[i] = last[i];
-    Kokkos::memory_fence(); // the state is visible before the status that announces it
-  }
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void announce_level(const Member& team, int level) const {
-    if (level < iterations && team.team_rank() == 0) Kokkos::atomic_store(level_status(level, window), 1);
   }
 
   template <class Scratch, class T>
@@ -161,21 +168,24 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
   auto functor_for = [&](const FusedPlan& chosen, Acc* values, const Kokkos::View<int*, memory_space>& statuses) {
     const int windows = int(ceil_div(shape.steps, chosen.window));
-    const std::size_t per_level = std::size_t(K) * windows * shape.batch * shape.groups;
-    typename functor_type::chain_type chain{values,  values + per_level * MapSize, values + per_level * (MapSize + D),
-                                            statuses.data(), K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
+    const std::size_t per_iteration = std::size_t(K) * windows * shape.batch * shape.groups;
+    typename functor_type::chain_type chain{values,
+                                            values + per_iteration * MapSize,
+                                            values + per_iteration * (MapSize + D),
+                                            statuses.data(),
+                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
     return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, 0, {}},
                         chosen, chain, statuses};
   };
   plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, {}));
   const int windows = int(ceil_div(shape.steps, plan.window));
-  const std::size_t entries = std::size_t(K) * windows * shape.batch;
-  // One workspace for every (iteration, window): maps, outgoing deltas and levels of every group
-  // (cached: core/workspace.hpp), and the statuses, zeroed for every call.
-  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass",
-                                                                      entries * shape.groups * (MapSize + 2 * D));
+  const std::size_t per_window = std::size_t(windows) * shape.batch, entries = K * per_window;
+  // One workspace for every (iteration, window): maps and outgoing deltas of every group, then the
+  // windows' guesses (cached: core/workspace.hpp), and the statuses, zeroed for every call.
+  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(
+      space, "paraseq::newton_one_pass", (entries * (MapSize + D) + per_window * D) * shape.groups);
   const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
-      space, "paraseq::newton_one_pass_status", 1 + 2 * entries * tiles);
+      space, "paraseq::newton_one_pass_status", 1 + (entries + per_window) * tiles);
   launch_fused<Acc>("paraseq::newton_one_pass", space, windows * shape.batch * tiles,
                     functor_for(plan, values.data(), statuses));
 }

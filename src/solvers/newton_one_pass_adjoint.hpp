@@ -52,8 +52,9 @@ struct OnePassAdjointChain {
 
   // The nu entering the window, into every lane's carry: the window's map is the composition of
   // its threads' maps, the last thread's first (it meets nu first).
-  template <class Member, class MapOf>
-  KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const MapOf& map_of, int active, int d,
+  template <class Member, class SlotOf, class MapOf>
+  KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const FusedPlan& plan,
+                                    const SlotOf& look_back_slot, const MapOf& map_of, int active, int d,
                                     Acc* carry) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
@@ -63,7 +64,7 @@ struct OnePassAdjointChain {
     }
     // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
     exchange_through_look_back<Acc, D>(
-        team, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
+        team, me, plan, look_back_slot, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
         [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
         [&](const Acc* entering) {
           for (int i = 0; i < d; ++i) carry[i] = entering[i];

@@ -229,11 +229,15 @@ done
 # are left alone (--clock-control none).
 if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   # profile NAME KERNEL_REGEX BENCHMARK_FILTER MIN_TIME [ncu options]: the kernels of the benchmarks
-  # that match, as NAME.csv (ncu's messages in NAME.log).
+  # that match, as NAME.csv (ncu's messages in NAME.log); PARASEQ_NCU_PROFILES, if set, names the
+  # profiles to take (e.g. "ncu-mode4 ncu-mode4-source ncu-wide-FusedNewton").
+  wanted() { [[ -z ${PARASEQ_NCU_PROFILES:-} || " $PARASEQ_NCU_PROFILES " == *" $1 "* ]]; }
   profile() {
+    wanted "$1" || return 0
     timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
       --kernel-name "regex:$2" "${@:5}" --section SpeedOfLight --section Occupancy --section LaunchStats \
-      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --csv --page details "$build/perf_tests/paraseq_benchmarks" \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --csv --page details "$build/perf_tests/paraseq_benchmarks" \
       --benchmark_filter="$3" --benchmark_min_time="$4" >"$out/$1.csv" 2>"$out/$1.log" ||
       echo "ncu: exit status $?" >>"$out/$1.log"
   }
@@ -243,13 +247,15 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   done
   # Where the one-pass forward's warps wait, per SASS instruction (the sampled stall reasons of one
   # launch), as ncu-mode4-source.csv.
-  timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
-    --kernel-name 'regex:OnePassNewton<' --launch-skip 2 --launch-count 1 --section WarpStateStats \
-    --section SourceCounters -f -o "/tmp/ncu-mode4-source" "$build/perf_tests/paraseq_benchmarks" \
-    --benchmark_filter='^gru_forward/B:1/T:65536/H:256/mode:4/' --benchmark_min_time=5x >"$out/ncu-mode4-source.log" 2>&1 &&
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" -i /tmp/ncu-mode4-source.ncu-rep --page source --csv \
-      --print-source sass >"$out/ncu-mode4-source.csv" 2>>"$out/ncu-mode4-source.log" ||
-    echo "ncu: exit status $?" >>"$out/ncu-mode4-source.log"
+  if wanted ncu-mode4-source; then
+    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+      --kernel-name 'regex:OnePassNewton<' --launch-skip 2 --launch-count 1 --section WarpStateStats \
+      --section SourceCounters -f -o "/tmp/ncu-mode4-source" "$build/perf_tests/paraseq_benchmarks" \
+      --benchmark_filter='^gru_forward/B:1/T:65536/H:256/mode:4/' --benchmark_min_time=5x >"$out/ncu-mode4-source.log" 2>&1 &&
+      timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" -i /tmp/ncu-mode4-source.ncu-rep --page source --csv \
+        --print-source sass >"$out/ncu-mode4-source.csv" 2>>"$out/ncu-mode4-source.log" ||
+      echo "ncu: exit status $?" >>"$out/ncu-mode4-source.log"
+  fi
   # The fused forward and its adjoint at (16, 4096, 1024), the shape of the 0.50 and 1.0 ms targets
   # (the fused mode is the automatic choice there), as ncu-wide-FusedNewton.csv and ncu-wide-FusedAdjoint.csv.
   for kernel in FusedNewton FusedAdjoint; do

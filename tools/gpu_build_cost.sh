@@ -39,7 +39,7 @@
 # comparisons, and then, unless PARASEQ_BENCH=0 and PARASEQ_NCU=0, the benchmark binary beside
 # test_cuda.py (its build time is not measured), with the unit-test executables that
 # PARASEQ_UNIT_TESTS names (e.g. "paraseq_solvers_tests paraseq_workspace_tests"), whose CUDA tests
-# then run (unit-tests.log). PARASEQ_BENCH_FILTER replaces the target
+# then run (unit-tests.log; also with PARASEQ_BENCH_ONLY=1). PARASEQ_BENCH_FILTER replaces the target
 # benchmarks' filter (a regular expression of benchmark names).
 # PARASEQ_BENCH_ONLY=1 builds the benchmark binary alone (with the library, not the operators) as
 # the first phase and nothing else: a lease for the target benchmarks' speed (set
@@ -128,6 +128,9 @@ fi
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 && (${PARASEQ_BENCH:-1} != 0 || ${PARASEQ_NCU:-0} == 1) ]]; then
   ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks ${PARASEQ_UNIT_TESTS:-} >"$out/build-benchmarks.log" 2>&1 &
   benchmarks_pid=$!
+elif [[ ${PARASEQ_BENCH_ONLY:-0} == 1 && -n ${PARASEQ_UNIT_TESTS:-} ]]; then
+  ninja -C "$build" -j "$jobs" -k 0 $PARASEQ_UNIT_TESTS >"$out/build-benchmarks.log" 2>&1 &
+  benchmarks_pid=$!
 fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
 # mostly compiles, and only their outcomes are reported.
@@ -168,7 +171,7 @@ fi
 [[ -z ${benchmarks_pid:-} ]] || wait "$benchmarks_pid" || grep -A20 "FAILED" "$out/build-benchmarks.log" | head -n 40
 # Operators only: the unit-test executables named in PARASEQ_UNIT_TESTS (built beside the
 # benchmarks), their CUDA tests, as unit-tests.log.
-if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 ]]; then
+if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 || ${PARASEQ_BENCH_ONLY:-0} == 1 ]]; then
   for executable in ${PARASEQ_UNIT_TESTS:-}; do
     timeout 600 "$build/unit_tests/$executable" --gtest_filter='*Cuda*' --gtest_brief=1 >>"$out/unit-tests.log" 2>&1 ||
       echo "$executable: exit status $?" >>"$out/unit-tests.log"

@@ -72,9 +72,6 @@ struct FusedPlan {
   int team_chunks = 1;  // P: threads per lane
   int chunk_length = 1; // L: steps per thread and window
   int window = 1;       // W = P x L
-  // The one-pass modes: a team per window, whose look-back loads the maps of the windows before it
-  // into team scratch of its own (exchange_through_look_back).
-  bool windows_at_once = false;
 };
 
 // Where a thread of a fused team works (this forward and the adjoint of newton_fused_adjoint.hpp):
@@ -129,9 +126,9 @@ struct WindowsInOrder {
   template <class Member, class Scratch>
   KOKKOS_INLINE_FUNCTION void enter_window(const Member&, const FusedThread&, const Scratch&) const {}
   // After the compose barrier: delta entering the window's first step (here: 0; the start is exact).
-  template <class Member, class SlotOf, class MapOf, class Acc>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const FusedPlan&, const SlotOf&,
-                                          const MapOf&, int, int, int d, Acc* delta) const {
+  template <class Member, class MapOf, class Acc>
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const FusedPlan&, const MapOf&, int, int,
+                                          int d, Acc* delta) const {
     for (int i = 0; i < d; ++i) delta[i] = Acc(0);
   }
   // The window is done; `last` is its final state (the thread of the window's last step): the next
@@ -194,19 +191,18 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
 }
 
 // The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
-// a map per thread, [P][lanes][MapSize]; none for the fused mode.
+// a map per thread, [P][lanes][MapSize], after the fused kernel's.
 template <int D>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t look_back_scratch_values(const FusedPlan& plan) {
-  return plan.windows_at_once ? std::size_t(plan.lanes) * plan.team_chunks * map_size<D> : 0;
+  return std::size_t(plan.lanes) * plan.team_chunks * map_size<D>;
 }
 
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
-// the carry per lane ([P][lanes][map + d] + [lanes][d]), then the look-back's.
+// the carry per lane ([P][lanes][map + d] + [lanes][d]).
 template <class Cell>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPlan& plan) {
   constexpr int D = cell_group_bound<Cell>;
-  return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D) +
-         look_back_scratch_values<D>(plan);
+  return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D);
 }
 
 // Hosts: one thread per window, the longest chunk it holds. Devices: a warp of lanes per chunk for
@@ -224,7 +220,6 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   constexpr int D = cell_group_bound<Cell>;
   FusedPlan plan;
-  plan.windows_at_once = windows_at_once;
   plan.lanes = on_host || Cell::structure::fixed_group_size == 0 ? 1 : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
   const long per_thread = map_size<D> + D + (windows_at_once ? map_size<D> : 0);
@@ -288,22 +283,22 @@ struct FusedNewton {
 
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
 
-  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D], the
-  // lanes' carries [lanes][D] and, for the one-pass mode, the look-back's maps [P][lanes][MapSize].
+  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D] and
+  // the lanes' carries [lanes][D].
   struct Scratch {
     Acc* maps;
     Acc* boundary;
     Acc* carry; // this thread's lane
-    Acc* look_back;
   };
 
   // The team's scratch as `me` sees it, its lane's carry holding h0.
   KOKKOS_INLINE_FUNCTION Scratch scratch_of(const member_type& team, const FusedThread& me) const {
-    scratch_view scratch(team.team_scratch(0), scratch_count());
+    return scratch_at(scratch_view(team.team_scratch(0), scratch_count()).data(), me);
+  }
+  // The same at `base` (scratch_count() values; a one-pass kernel's team scratch begins with them).
+  KOKKOS_INLINE_FUNCTION Scratch scratch_at(Acc* base, const FusedThread& me) const {
     const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
-    const Scratch shared{scratch.data(), scratch.data() + threads * MapSize,
-                         scratch.data() + threads * (MapSize + D) + me.lane * D,
-                         scratch.data() + threads * (MapSize + D) + std::size_t(plan.lanes) * D};
+    const Scratch shared{base, base + threads * MapSize, base + threads * (MapSize + D) + me.lane * D};
     const int d = fused_group_size<Cell>(shape);
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
     return shared;
@@ -338,7 +333,6 @@ struct FusedNewton {
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
     auto boundary_of = [&](int q) { return shared.boundary + (std::size_t(q) * plan.lanes + lane) * D; };
-    auto look_back_slot = [&](int q) { return shared.look_back + (std::size_t(q) * plan.lanes + lane) * MapSize; };
     const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
     const int active = Full ? plan.team_chunks : chunk.active, first = chunk.first, count = Full ? Capacity : chunk.count;
     const bool working = me.live && count > 0;
@@ -427,7 +421,7 @@ struct FusedNewton {
       }
       // Re-run: delta enters the window (chain) and thread p through the maps of threads 0 .. p-1.
       Acc delta[D], next[D], previous[D];
-      chain.enter_delta(team, me, plan, look_back_slot, map_of, active, iteration, d, delta);
+      chain.enter_delta(team, me, plan, map_of, active, iteration, d, delta);
       Acc entered[D]; // the delta entering the window
       for (int i = 0; i < d; ++i) entered[i] = delta[i];
       if (working) {

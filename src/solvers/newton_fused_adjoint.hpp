@@ -51,9 +51,9 @@ struct AdjointStep {
 struct AdjointWindowsInOrder {
   static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
   // After the compose barrier: the lane's carry holds the nu entering the window (here: already).
-  template <class Member, class SlotOf, class MapOf, class Acc>
-  KOKKOS_INLINE_FUNCTION void enter(const Member&, const FusedThread&, const FusedPlan&, const SlotOf&, const MapOf&, int,
-                                    int, Acc*) const {}
+  template <class Member, class MapOf, class Acc>
+  KOKKOS_INLINE_FUNCTION void enter(const Member&, const FusedThread&, const FusedPlan&, const MapOf&, int, int,
+                                    Acc*) const {}
   // `nu` leaves the window's first step (its first thread, after the team's last read of the carry).
   template <class Acc>
   KOKKOS_INLINE_FUNCTION void leave(const Acc* nu, int d, Acc* carry) const {
@@ -84,22 +84,22 @@ struct FusedAdjoint {
   ScanShape shape;
   int tiles;
 
-  // A map per thread and the carry per lane, [P][lanes][MapSize] + [lanes][D], then the one-pass
-  // mode's look-back maps (look_back_scratch_values).
+  // A map per thread and the carry per lane: [P][lanes][MapSize] + [lanes][D].
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * MapSize + D) + look_back_scratch_values<D>(plan);
+    return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * MapSize + D);
   }
 
-  // The team's scratch as `me` sees it: the threads' maps, its lane's carry and the look-back's maps.
+  // The team's scratch as `me` sees it: the threads' maps and its lane's carry.
   struct Scratch {
     Acc* maps;
     Acc* carry;
-    Acc* look_back;
   };
   KOKKOS_INLINE_FUNCTION Scratch scratch_of(const member_type& team, const FusedThread& me) const {
-    scratch_view scratch(team.team_scratch(0), scratch_count());
-    const std::size_t maps = std::size_t(plan.team_chunks) * plan.lanes * MapSize;
-    return {scratch.data(), scratch.data() + maps + me.lane * D, scratch.data() + maps + std::size_t(plan.lanes) * D};
+    return scratch_at(scratch_view(team.team_scratch(0), scratch_count()).data(), me);
+  }
+  // The same at `base` (scratch_count() values; a one-pass kernel's team scratch begins with them).
+  KOKKOS_INLINE_FUNCTION Scratch scratch_at(Acc* base, const FusedThread& me) const {
+    return {base, base + std::size_t(plan.team_chunks) * plan.lanes * MapSize + me.lane * D};
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
@@ -124,7 +124,6 @@ struct FusedAdjoint {
     const int d = fused_group_size<Cell>(shape);
     const int lane = me.lane, p = me.p, b = me.b, g = me.g;
     auto map_of = [&](int q) { return shared.maps + (std::size_t(q) * plan.lanes + lane) * MapSize; };
-    auto look_back_slot = [&](int q) { return shared.look_back + (std::size_t(q) * plan.lanes + lane) * MapSize; };
     const FusedChunk chunk = fused_chunk(plan, shape.steps, start, p);
     const int active = chunk.active, first = chunk.first, count = chunk.count;
     const bool working = me.live && count > 0;
@@ -158,7 +157,7 @@ struct FusedAdjoint {
       for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
     }
     team.team_barrier();
-    chain.enter(team, me, plan, look_back_slot, map_of, active, d, shared.carry);
+    chain.enter(team, me, plan, map_of, active, d, shared.carry);
     // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
     Acc nu[D];
     if (working) {

@@ -55,6 +55,7 @@ struct OnePassChain {
   int* statuses; // after the ticket: [K][windows][B][tiles] delta statuses, then [windows][B][tiles] guess statuses
   int iterations, windows, batch, groups, tiles;
   int window, b, tile; // this team's
+  Acc* look_back;      // this team's scratch for the look-back's maps (look_back_scratch_values)
 
   KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int element) const {
     return (std::size_t(iteration) * windows + w) * batch + element;
@@ -98,10 +99,9 @@ struct OnePassChain {
   // The delta entering the window: publish the window's map, look back, publish the delta leaving.
   // The last thread's map slot (read by no re-run: a thread applies the maps before its own)
   // passes it to the lane's threads.
-  template <class Member, class SlotOf, class MapOf>
+  template <class Member, class MapOf>
   KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                          const SlotOf& look_back_slot, const MapOf& map_of, int active, int iteration,
-                                          int d, Acc* delta) const {
+                                          const MapOf& map_of, int active, int iteration, int d, Acc* delta) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
     if (folds) {
@@ -109,7 +109,8 @@ struct OnePassChain {
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
     exchange_through_look_back<Acc, D>(
-        team, me, plan, look_back_slot, folds, window, d, fold,
+        team, me, plan, [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; }, folds,
+        window, d, fold,
         [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
         [&](int w) { return deltas + values_at(iteration, w, me, D); },
         [&](int w) { return delta_status(iteration, w); },
@@ -137,7 +138,12 @@ struct OnePassNewton {
   chain_type chain; // the workspace; window, b and tile are set per team
   Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
 
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
+  using scratch_view = typename core_type::scratch_view;
+
+  // The fused kernel's team scratch, then the look-back's.
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
+    return core.scratch_count() + look_back_scratch_values<core_type::D>(plan);
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     int ticket = 0;
@@ -149,7 +155,9 @@ struct OnePassNewton {
     mine.window = ticket / per_window;
     mine.b = me.b;
     mine.tile = team_index % core.tiles;
-    core.run_window_at(team, me, core.scratch_of(team, me), mine.window * plan.window, mine);
+    Acc* const scratch = scratch_view(team.team_scratch(0), scratch_count()).data();
+    mine.look_back = scratch + core.scratch_count();
+    core.run_window_at(team, me, core.scratch_at(scratch, me), mine.window * plan.window, mine);
   }
 };
 
@@ -173,7 +181,7 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
                                             values + per_iteration * MapSize,
                                             values + per_iteration * (MapSize + D),
                                             statuses.data(),
-                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
+                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0, nullptr};
     return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, 0, {}},
                         chosen, chain, statuses};
   };

@@ -44,6 +44,7 @@ struct OnePassAdjointChain {
   int* statuses; // after the ticket: [windows][B][tiles]
   int batch, groups, tiles;
   int order, b, tile; // this team's
+  Acc* look_back;     // this team's scratch for the look-back's maps (look_back_scratch_values)
 
   KOKKOS_INLINE_FUNCTION std::size_t values_at(int at, const FusedThread& me, int size) const {
     return ((std::size_t(at) * batch + b) * groups + me.g) * size;
@@ -52,10 +53,9 @@ struct OnePassAdjointChain {
 
   // The nu entering the window, into every lane's carry: the window's map is the composition of
   // its threads' maps, the last thread's first (it meets nu first).
-  template <class Member, class SlotOf, class MapOf>
+  template <class Member, class MapOf>
   KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                    const SlotOf& look_back_slot, const MapOf& map_of, int active, int d,
-                                    Acc* carry) const {
+                                    const MapOf& map_of, int active, int d, Acc* carry) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
     if (folds) {
@@ -64,7 +64,8 @@ struct OnePassAdjointChain {
     }
     // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
     exchange_through_look_back<Acc, D>(
-        team, me, plan, look_back_slot, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
+        team, me, plan, [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; }, folds,
+        order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
         [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
         [&](const Acc* entering) {
           for (int i = 0; i < d; ++i) carry[i] = entering[i];
@@ -91,7 +92,12 @@ struct OnePassAdjoint {
   chain_type chain; // the workspace; order, b and tile are set per team
   Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
 
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
+  using scratch_view = typename core_type::scratch_view;
+
+  // The fused adjoint's team scratch, then the look-back's.
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
+    return core.scratch_count() + look_back_scratch_values<core_type::D>(plan);
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     int ticket = 0;
@@ -104,7 +110,9 @@ struct OnePassAdjoint {
     mine.b = me.b;
     mine.tile = team_index % core.tiles;
     const int window = int(ceil_div(core.shape.steps, plan.window)) - 1 - mine.order;
-    const typename core_type::Scratch shared = core.scratch_of(team, me);
+    Acc* const scratch = scratch_view(team.team_scratch(0), scratch_count()).data();
+    mine.look_back = scratch + core.scratch_count();
+    const typename core_type::Scratch shared = core.scratch_at(scratch, me);
     Acc sums[core_type::Params] = {};
     core.run_window(team, me, shared, window * plan.window, mine, sums);
     // The lanes' threads add their sums in thread order, MapSize terms at a time through their map
@@ -146,7 +154,7 @@ one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const
                          const Kokkos::View<int*, memory_space>& statuses) {
     const std::size_t entries = std::size_t(ceil_div(shape.steps, chosen.window)) * shape.batch * shape.groups;
     typename functor_type::chain_type chain{values, values + entries * MapSize, statuses.data(), shape.batch,
-                                            shape.groups, tiles, 0, 0, 0};
+                                            shape.groups, tiles, 0, 0, 0, nullptr};
     return functor_type{{cell, u, trajectory, g, du, partial, dh0, chosen, shape, tiles}, chosen, chain, statuses};
   };
   plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, {}, nullptr, {}));

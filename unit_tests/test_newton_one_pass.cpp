@@ -1,10 +1,10 @@
 // The one-pass Newton mode (newton_one_pass.hpp) with ParaGRU and ParaLSTM (2 x 2 blocks): against
 // the newton mode after the same iterations (the same mathematics, so equal to rounding, also
-// before convergence), against the float64 sequential loop once converged, bitwise repeatable,
-// over sequences of many windows, shorter than one window and of one step; its adjoint
-// (newton_one_pass_adjoint.hpp) against the newton mode's (a reverse scan, then the local products)
-// and bitwise repeatable; on every enabled space. test_newton.cpp checks the adjoint against finite
-// differences and the float64 reverse-mode loop.
+// before convergence), from every initial guess and with a damped update, against the float64
+// sequential loop once converged, bitwise repeatable, over sequences of many windows, shorter than
+// one window and of one step; its adjoint (newton_one_pass_adjoint.hpp) against the newton mode's
+// (a reverse scan, then the local products) and bitwise repeatable; on every enabled space.
+// test_newton.cpp checks the adjoint against finite differences and the float64 reverse-mode loop.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -98,6 +98,37 @@ TYPED_TEST(NewtonOnePass, LstmMatchesNewtonModeAndLoop) {
         lstm_sequential(as_double2(problem.a), as_double2(problem.p), as_double3(problem.u), as_double2(h0));
     for (int iterations : {1, 4}) check_one_pass<Space>(problem, h0, reference, iterations, iterations == 4);
   }
+}
+
+// Each window moves the state before it by omega times the delta entering it, and starts from the
+// previous window's initial guess, which in InitialGuess::given lives in h, where that window
+// writes its result: every guess and a damped update (omega < 1) against the newton mode after the
+// same iterations, before convergence (relative 1e-12).
+TYPED_TEST(NewtonOnePass, GuessesAndDampingMatchNewtonMode) {
+  using Space = TypeParam;
+  const int B = 2, T = many_windows, H = 40;
+  GruProblem<double, Space> problem(B, T, H, 0.5, 105);
+  View2<double, Space> h0("h0", B, H);
+  fill_uniform(h0, -0.5, 0.5, 107);
+  View3<double, Space> h("h", B, T, H), by_newton("by_newton", B, T, H);
+  for (InitialGuess guess : {InitialGuess::cell_at_zero, InitialGuess::zeros, InitialGuess::given})
+    for (double omega : {1.0, 0.6}) {
+      NewtonConfig newton = with_mode(NewtonMode::newton);
+      newton.initial_guess = guess;
+      newton.omega = omega;
+      newton.max_iters = 2;
+      fill_uniform(by_newton, -0.3, 0.3, 109); // the given guess
+      newton_solve(Space{}, problem.cell(), problem.u, by_newton, newton, h0);
+      const Host3 expected = as_double3(by_newton);
+      for (NewtonConfig config : one_pass_configs<Space>(2)) {
+        config.initial_guess = guess;
+        config.omega = omega;
+        SCOPED_TRACE(describe(config) + " guess=" + std::to_string(int(guess)) + " omega=" + std::to_string(omega));
+        fill_uniform(h, -0.3, 0.3, 109);
+        newton_solve(Space{}, problem.cell(), problem.u, h, config, h0);
+        EXPECT_LE(max_relative_error(h, expected), 1e-12);
+      }
+    }
 }
 
 // The look-back stops at whichever window has published its delta; the result must not depend on it.

@@ -21,9 +21,10 @@
 # compare-slstm.json, compare-decode.json (perf_tests/compare.py: paraseq's operators against PyTorch and the peer
 # libraries importable here, e.g. from wheels on PYTHONPATH; the shapes of the long-sequence targets);
 # compare-ode.json (torch.compile's cold compiles, torchdiffeq, torchode), unless
-# PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape, the
-# fused forward and adjoint at (16, 4096, 1024), the one-channel scan and the RK4 gradient, and those
-# kernels' registers (below); last extension-compile.json
+# PARASEQ_COMPARE_ODE=0; with PARASEQ_NCU=1, Nsight Compute's reports of the long-sequence shape (and
+# the one-pass forward's stall samples per instruction), the fused forward and adjoint at
+# (16, 4096, 1024), the one-channel scan and the RK4 gradient (PARASEQ_NCU_PROFILES picks among them),
+# and those kernels' registers (below); last extension-compile.json
 # (perf_tests/extension_compile.py: the compiled path's nvcc compile).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm decode"; empty: none) names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and

@@ -170,8 +170,8 @@ if [[ -n ${ctest_pid:-} ]]; then
 fi
 [[ -z ${baseline_pid:-} ]] || wait "$baseline_pid" || true
 [[ -z ${benchmarks_pid:-} ]] || wait "$benchmarks_pid" || grep -A20 "FAILED" "$out/build-benchmarks.log" | head -n 40
-# Operators only: the unit-test executables named in PARASEQ_UNIT_TESTS (built beside the
-# benchmarks), their CUDA tests, as unit-tests.log.
+# Operators or benchmarks only: the CUDA tests of the unit-test executables named in
+# PARASEQ_UNIT_TESTS (built beside the benchmarks or after them), as unit-tests.log.
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 || ${PARASEQ_BENCH_ONLY:-0} == 1 ]]; then
   for executable in ${PARASEQ_UNIT_TESTS:-}; do
     timeout 600 "$build/unit_tests/$executable" --gtest_filter='*Cuda*' --gtest_brief=1 >>"$out/unit-tests.log" 2>&1 ||
@@ -232,13 +232,14 @@ done
 # depend on how many set-up kernels a call makes), as ncu-mode2.csv and ncu-mode4.csv. The clocks
 # are left alone (--clock-control none).
 if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   # profile NAME KERNEL_REGEX BENCHMARK_FILTER MIN_TIME [ncu options]: the kernels of the benchmarks
   # that match, as NAME.csv (ncu's messages in NAME.log); PARASEQ_NCU_PROFILES, if set, names the
   # profiles to take (e.g. "ncu-mode4 ncu-mode4-source ncu-wide-FusedNewton").
   wanted() { [[ -z ${PARASEQ_NCU_PROFILES:-} || " $PARASEQ_NCU_PROFILES " == *" $1 "* ]]; }
   profile() {
     wanted "$1" || return 0
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+    timeout 150 "$ncu" --clock-control none --kernel-name-base demangled \
       --kernel-name "regex:$2" "${@:5}" --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
       --csv --page details "$build/perf_tests/paraseq_benchmarks" \
@@ -252,11 +253,11 @@ if [[ ${PARASEQ_NCU:-0} == 1 ]]; then
   # Where the one-pass forward's warps wait, per SASS instruction (the sampled stall reasons of one
   # launch), as ncu-mode4-source.csv.
   if wanted ncu-mode4-source; then
-    timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --kernel-name-base demangled \
+    timeout 150 "$ncu" --clock-control none --kernel-name-base demangled \
       --kernel-name 'regex:OnePassNewton<' --launch-skip 2 --launch-count 1 --section WarpStateStats \
       --section SourceCounters -f -o "/tmp/ncu-mode4-source" "$build/perf_tests/paraseq_benchmarks" \
       --benchmark_filter='^gru_forward/B:1/T:65536/H:256/mode:4/' --benchmark_min_time=5x >"$out/ncu-mode4-source.log" 2>&1 &&
-      timeout 150 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" -i /tmp/ncu-mode4-source.ncu-rep --page source --csv \
+      timeout 150 "$ncu" -i /tmp/ncu-mode4-source.ncu-rep --page source --csv \
         --print-source sass >"$out/ncu-mode4-source.csv" 2>>"$out/ncu-mode4-source.log" ||
       echo "ncu: exit status $?" >>"$out/ncu-mode4-source.log"
   fi

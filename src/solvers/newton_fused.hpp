@@ -149,14 +149,15 @@ struct WindowsInOrder {
 // state before it, wherever a look-back stopped: the result is bitwise reproducible. map_at(k),
 // state_at(k) and status_at(k) point at entry k's published values and status (of the calling
 // thread's group). The maps in between are loaded P at a time by the lane's P threads into their
-// slots of the look-back's team scratch (slot_of(q), [P][lanes][MapSize]): a look-back across many
-// windows waits for one memory latency per P maps rather than one per map.
-template <class Acc, int D, class Member, class SlotOf, class MapAt, class StateAt, class StatusAt, class HandOn>
+// slots of the team's look-back scratch (`look_back`, [P][lanes][MapSize]; look_back_scratch_values):
+// a look-back across many windows waits for one memory latency per P maps rather than one per map.
+template <class Acc, int D, class Member, class MapAt, class StateAt, class StatusAt, class HandOn>
 KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                                       const SlotOf& slot_of, bool folds, int at, int d,
-                                                       const Acc* fold, const MapAt& map_at, const StateAt& state_at,
+                                                       Acc* look_back, bool folds, int at, int d, const Acc* fold,
+                                                       const MapAt& map_at, const StateAt& state_at,
                                                        const StatusAt& status_at, const HandOn& hand_on) {
   constexpr int MapSize = map_size<D>;
+  auto slot_of = [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; };
   if (folds && at > 0) {
     Acc* published = map_at(at);
     for (int i = 0; i < MapSize; ++i) published[i] = fold[i];

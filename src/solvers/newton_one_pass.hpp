@@ -109,8 +109,7 @@ struct OnePassChain {
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
     exchange_through_look_back<Acc, D>(
-        team, me, plan, [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; }, folds,
-        window, d, fold,
+        team, me, plan, look_back, folds, window, d, fold,
         [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
         [&](int w) { return deltas + values_at(iteration, w, me, D); },
         [&](int w) { return delta_status(iteration, w); },

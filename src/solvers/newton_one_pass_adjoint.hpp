@@ -64,8 +64,7 @@ struct OnePassAdjointChain {
     }
     // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
     exchange_through_look_back<Acc, D>(
-        team, me, plan, [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; }, folds,
-        order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
+        team, me, plan, look_back, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
         [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
         [&](const Acc* entering) {
           for (int i = 0; i < d; ++i) carry[i] = entering[i];

@@ -25,7 +25,9 @@
 # the one-pass forward's stall samples per instruction), the fused forward and adjoint at
 # (16, 4096, 1024), the one-channel scan and the RK4 gradient (PARASEQ_NCU_PROFILES picks among them),
 # and those kernels' registers (below); last extension-compile.json
-# (perf_tests/extension_compile.py: the compiled path's nvcc compile).
+# (perf_tests/extension_compile.py: the compiled path's nvcc compile). Beside the tests, wherever the
+# build has it, cell-math-bits.json (perf_tests/cell_math_bits.cpp: the cells' approximate gates
+# against their __expf formulas for every float).
 # PARASEQ_COMPARE_SECTIONS (default "gru scan user sweep head packed slstm decode"; empty: none) names the compare.py
 # sections to run, PARASEQ_COMPARE_SECONDS limits each section (by default 300 s for gru, scan and
 # user, 240 s for the others), PARASEQ_USER_PARTS (compare.py --user-parts) picks the user section's
@@ -127,10 +129,11 @@ if [[ -n $baseline ]]; then
 fi
 # Operators only: the benchmarks, if wanted, are built beside the Python package's CUDA tests.
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 && (${PARASEQ_BENCH:-1} != 0 || ${PARASEQ_NCU:-0} == 1) ]]; then
-  ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks ${PARASEQ_UNIT_TESTS:-} >"$out/build-benchmarks.log" 2>&1 &
+  ninja -C "$build" -j "$jobs" -k 0 paraseq_benchmarks paraseq_cell_math_bits ${PARASEQ_UNIT_TESTS:-} \
+    >"$out/build-benchmarks.log" 2>&1 &
   benchmarks_pid=$!
-elif [[ ${PARASEQ_BENCH_ONLY:-0} == 1 && -n ${PARASEQ_UNIT_TESTS:-} ]]; then
-  ninja -C "$build" -j "$jobs" -k 0 $PARASEQ_UNIT_TESTS >"$out/build-benchmarks.log" 2>&1 &
+elif [[ ${PARASEQ_BENCH_ONLY:-0} == 1 ]]; then
+  ninja -C "$build" -j "$jobs" -k 0 paraseq_cell_math_bits ${PARASEQ_UNIT_TESTS:-} >"$out/build-benchmarks.log" 2>&1 &
   benchmarks_pid=$!
 fi
 # The CUDA ctest beside the Python package's CUDA tests: the first runs on the GPU, the second
@@ -179,6 +182,12 @@ if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 || ${PARASEQ_BENCH_ONLY:-0} == 1 ]]; the
   done
 fi
 [[ ! -f $out/unit-tests.log ]] || tail -n 4 "$out/unit-tests.log"
+# The cells' approximate gates against their __expf formulas for every float (cell-math-bits.json).
+if [[ -x $build/perf_tests/paraseq_cell_math_bits ]]; then
+  timeout 120 "$build/perf_tests/paraseq_cell_math_bits" >"$out/cell-math-bits.json" 2>&1 ||
+    echo "paraseq_cell_math_bits: exit status $?" >>"$out/cell-math-bits.json"
+  cat "$out/cell-math-bits.json"
+fi
 
 # The target benchmarks of docs/performance.md on the idle host: this tree, then the baseline.
 targets='ceiling_copy|scan_diagonal_forward/log2BN:(0/log2T:26|8/log2T:18|14/log2T:12)/sequential:0|scan_diagonal_reverse/log2BN:8'

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -161,10 +162,9 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   if (folds && at > 0) {
     Acc* published = map_at(at);
     for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
-    Kokkos::memory_fence(); // the map is visible before the status that announces it
   }
   team.team_barrier();
-  if (team.team_rank() == 0 && at > 0) Kokkos::atomic_store(status_at(at), 1);
+  announce_status(team, at > 0 ? status_at(at) : nullptr, 1);
   const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1; // the same on every thread
   Acc entering[D], next[D];
   if (folds) {
@@ -184,11 +184,10 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   }
   if (folds) {
     map_apply<Acc, D>(d, fold, entering, state_at(at));
-    Kokkos::memory_fence();
     hand_on(entering);
   }
   team.team_barrier();
-  if (team.team_rank() == 0) Kokkos::atomic_store(status_at(at), 2);
+  announce_status(team, status_at(at), 2);
 }
 
 // The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
@@ -481,14 +480,27 @@ std::size_t fused_scratch_bytes(const Functor& functor) {
   return Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count());
 }
 
+// The launch bounds a fused kernel is compiled with: its functor's `launch_bounds` (a
+// Kokkos::LaunchBounds, so that a one-pass kernel can ask for teams per SM and get fewer registers),
+// or none.
+template <class Functor, class = void>
+struct fused_launch_bounds {
+  using type = void;
+};
+template <class Functor>
+struct fused_launch_bounds<Functor, std::void_t<typename Functor::launch_bounds>> {
+  using type = typename Functor::launch_bounds;
+};
+
 // Fits a plan to the team size limit that a fused kernel's registers and scratch allow (`probe` is
 // the kernel built for the plan): a planned thread count above it shrinks; one the config asked
 // for is an error.
 template <class Acc, class ExecSpace, class Functor>
 FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, const NewtonConfig& config,
                          const Functor& probe) {
-  const int team_max =
-      team_policy(space, league, 1, fused_scratch_bytes<Acc, ExecSpace>(probe)).team_size_max(probe, Kokkos::ParallelForTag{});
+  const int team_max = team_policy<ExecSpace, typename fused_launch_bounds<Functor>::type>(
+                           space, league, 1, fused_scratch_bytes<Acc, ExecSpace>(probe))
+                           .team_size_max(probe, Kokkos::ParallelForTag{});
   if (plan.team_chunks * plan.lanes <= team_max) return plan;
   if (config.fused_team_threads > 0 || config.fused_window > 0)
     throw_invalid(newton_fn, config.fused_team_threads > 0 ? "config.fused_team_threads" : "config.fused_window",
@@ -504,8 +516,9 @@ FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, con
 template <class Acc, class ExecSpace, class Functor>
 void launch_fused(const char* label, const ExecSpace& space, int league, const Functor& functor) {
   Kokkos::parallel_for(label,
-                       team_policy(space, league, functor.plan.team_chunks * functor.plan.lanes,
-                                   fused_scratch_bytes<Acc, ExecSpace>(functor)),
+                       team_policy<ExecSpace, typename fused_launch_bounds<Functor>::type>(
+                           space, league, functor.plan.team_chunks * functor.plan.lanes,
+                           fused_scratch_bytes<Acc, ExecSpace>(functor)),
                        functor);
 }
 

@@ -38,6 +38,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -74,11 +75,10 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
     Acc* published = guesses + values_at(0, window, me, D);
     for (int i = 0; i < d; ++i) published[i] = last[i];
-    Kokkos::memory_fence(); // the state is visible before the status that announces it
   }
   template <class Member>
   KOKKOS_INLINE_FUNCTION void announce_guess(const Member& team) const {
-    if (team.team_rank() == 0) Kokkos::atomic_store(guess_status(window), 1);
+    announce_status(team, guess_status(window), 1);
   }
 
   // The first iteration linearises the window's first step at window w - 1's initial guess at its
@@ -86,13 +86,8 @@ struct OnePassChain {
   template <class Member, class Scratch>
   KOKKOS_INLINE_FUNCTION void enter_window(const Member& team, const FusedThread& me, const Scratch& shared) const {
     if (window == 0) return;
-    if (team.team_rank() == 0) {
-      const volatile int* status = guess_status(window - 1);
-      while (*status == 0) {
-      }
-    }
+    if (team.team_rank() == 0) wait_for_status(guess_status(window - 1));
     team.team_barrier();
-    Kokkos::memory_fence(); // what the status announces is read after it
     if (me.live && me.p == 0) read_published_values(guesses + values_at(0, window - 1, me, D), D, shared.carry);
   }
 
@@ -125,12 +120,15 @@ struct OnePassChain {
 };
 
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
-// with FusedNewton's machinery and OnePassChain.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity>
+// with FusedNewton's machinery and OnePassChain. MinTeamsPerSM > 0 compiles it for teams of at most
+// 256 threads, that many of them resident per SM (registers capped, the rest spilled).
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
+          int MinTeamsPerSM = 0>
 struct OnePassNewton {
   using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D>;
+  using launch_bounds = std::conditional_t<(MinTeamsPerSM > 0), Kokkos::LaunchBounds<256, MinTeamsPerSM>, void>;
 
   core_type core;
   FusedPlan plan;   // core.plan (launch_fused reads it here)
@@ -162,13 +160,15 @@ struct OnePassNewton {
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
-// perf_tests/bench_newton.cpp builds others to measure the trade-off of registers against windows.
-template <class Acc, int ChunkCapacity = 0, class ExecSpace, class Cell, class UView, class HView, class H0View>
+// MinTeamsPerSM: 0 for no launch bounds (the library's kernels). perf_tests/bench_newton.cpp
+// builds others to measure the trade-offs of registers against windows and against resident teams.
+template <class Acc, int ChunkCapacity = 0, int MinTeamsPerSM = 0, class ExecSpace, class Cell, class UView,
+          class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity>;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, MinTeamsPerSM>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

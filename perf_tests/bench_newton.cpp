@@ -203,9 +203,11 @@ PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
 
 // The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
 // 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
-// look-back walks. Both kernels are built here and run with P threads per lane (windows of L x P
-// steps).
-template <int ChunkCapacity>
+// look-back walks. And with L = 8 compiled for 3 or 4 resident teams of at most 256 threads per SM
+// (MinTeamsPerSM: registers capped at 80 or 64, the rest spilled) against the library's kernel (2
+// teams at its registers): resident warps against spills. The kernels are built here and run with
+// P threads per lane (windows of L x P steps).
+template <int ChunkCapacity, int MinTeamsPerSM = 0>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -219,7 +221,7 @@ void one_pass_with_chunks(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity>(space, cell, u, h, no_h0, config, shape);
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, MinTeamsPerSM>(space, cell, u, h, no_h0, config, shape);
   });
 }
 void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
@@ -230,6 +232,15 @@ void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
+// Launch bounds of 256 threads: P <= 8 at 32 lanes.
+void one_pass_bounded_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "P"});
+  for (auto [B, T, H] : one_pass_shapes())
+    for (int P : one_pass_thread_choices())
+      if (P == 4 || P == 8 || P == 1) bench->Args({B, T, H, P});
+}
+PARASEQ_BENCHMARK(one_pass_with_chunks<8, 3>)->Name("gru_one_pass_chunks/L:8/teams:3")->Apply(one_pass_bounded_shapes);
+PARASEQ_BENCHMARK(one_pass_with_chunks<8, 4>)->Name("gru_one_pass_chunks/L:8/teams:4")->Apply(one_pass_bounded_shapes);
 
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {

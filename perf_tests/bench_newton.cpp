@@ -176,6 +176,33 @@ void fused_thread_counts(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
 
+// The fused forward at the anchor shape compiled with launch bounds (registers capped, the rest
+// spilled): P = 8 threads per lane and 3 or 4 teams per SM (80 or 64 registers; all 512 teams resident
+// on 132 SMs with 4), against the library's kernel (its plan's P = 5 and 96 registers: 4 teams of
+// 5 warps per SM) and P = 8 without bounds (2 teams per SM) in gru_forward_fused_threads.
+template <int MaxTeamThreads, int MinTeamsPerSM>
+void fused_with_bounds(benchmark::State& state) {
+  GruProblem problem(16, 4096, 1024);
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::fused);
+  const bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
+  config.fused_team_threads = on_host ? 1 : MaxTeamThreads / 32; // hosts: one thread per window
+  using Cell = paraseq::ParaGRU<float, memory>;
+  using U = paraseq::InView<float, 3, Space>;
+  using H = paraseq::OutView<float, 3, Space>;
+  using H0 = paraseq::InView<float, 2, Space>;
+  const Cell cell = problem.cell();
+  const U u = problem.u;
+  const H h = problem.h;
+  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
+  const double elements = 16.0 * 4096 * 1024;
+  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+    paraseq::detail::fused_newton<float, Space, Cell, U, H, H0, Kokkos::LaunchBounds<MaxTeamThreads, MinTeamsPerSM>>(
+        space, cell, u, h, H0{}, config, shape);
+  });
+}
+PARASEQ_BENCHMARK((fused_with_bounds<256, 3>))->Name("gru_forward_fused_bounds/P:8/teams:3");
+PARASEQ_BENCHMARK((fused_with_bounds<256, 4>))->Name("gru_forward_fused_bounds/P:8/teams:4");
+
 // The one-pass mode at the long shapes with P threads per lane (a window of 8 P steps on devices),
 // forward and forward + backward (its one-pass adjoint): where the device rule's P (8 at these
 // shapes: teams of at most 256 threads) stands against its neighbours.
@@ -207,7 +234,7 @@ PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
 // (MinTeamsPerSM: registers capped at 80 or 64, the rest spilled) against the library's kernel (2
 // teams at its registers): resident warps against spills. The kernels are built here and run with
 // P threads per lane (windows of L x P steps).
-template <int ChunkCapacity, int MinTeamsPerSM = 0>
+template <int ChunkCapacity, class LaunchBounds = void>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -221,7 +248,7 @@ void one_pass_with_chunks(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity, MinTeamsPerSM>(space, cell, u, h, no_h0, config, shape);
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds>(space, cell, u, h, no_h0, config, shape);
   });
 }
 void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
@@ -239,8 +266,12 @@ void one_pass_bounded_shapes(benchmark::internal::Benchmark* bench) {
     for (int P : one_pass_thread_choices())
       if (P == 4 || P == 8 || P == 1) bench->Args({B, T, H, P});
 }
-PARASEQ_BENCHMARK(one_pass_with_chunks<8, 3>)->Name("gru_one_pass_chunks/L:8/teams:3")->Apply(one_pass_bounded_shapes);
-PARASEQ_BENCHMARK(one_pass_with_chunks<8, 4>)->Name("gru_one_pass_chunks/L:8/teams:4")->Apply(one_pass_bounded_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 3>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:3")
+    ->Apply(one_pass_bounded_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 4>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:4")
+    ->Apply(one_pass_bounded_shapes);
 
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {

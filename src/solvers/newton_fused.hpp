@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
-#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -255,9 +254,10 @@ struct LinearizedStep {
 };
 
 // ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
-// benchmark builds the kernel with another).
+// benchmark builds the kernel with another); LaunchBounds: void, or a Kokkos::LaunchBounds that a
+// benchmark compiles the kernel with (fused_launch_bounds).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
-          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>, class LaunchBounds = void>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
@@ -266,6 +266,7 @@ struct FusedNewton {
   static constexpr bool Cached = fused_caches_linearization<Cell>;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  using launch_bounds = LaunchBounds;
 
   Cell cell;
   UView u;
@@ -480,17 +481,11 @@ std::size_t fused_scratch_bytes(const Functor& functor) {
   return Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count());
 }
 
-// The launch bounds a fused kernel is compiled with: its functor's `launch_bounds` (a
-// Kokkos::LaunchBounds, so that a one-pass kernel can ask for teams per SM and get fewer registers),
-// or none.
-template <class Functor, class = void>
-struct fused_launch_bounds {
-  using type = void;
-};
+// The launch bounds a fused kernel is compiled with: its functor's `launch_bounds`, void (none) in
+// the library's kernels; a Kokkos::LaunchBounds (threads per team, teams per SM) caps the
+// registers, as perf_tests/bench_newton.cpp measures.
 template <class Functor>
-struct fused_launch_bounds<Functor, std::void_t<typename Functor::launch_bounds>> {
-  using type = typename Functor::launch_bounds;
-};
+using fused_launch_bounds = typename Functor::launch_bounds;
 
 // Fits a plan to the team size limit that a fused kernel's registers and scratch allow (`probe` is
 // the kernel built for the plan): a planned thread count above it shrinks; one the config asked
@@ -498,7 +493,7 @@ struct fused_launch_bounds<Functor, std::void_t<typename Functor::launch_bounds>
 template <class Acc, class ExecSpace, class Functor>
 FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, const NewtonConfig& config,
                          const Functor& probe) {
-  const int team_max = team_policy<ExecSpace, typename fused_launch_bounds<Functor>::type>(
+  const int team_max = team_policy<ExecSpace, fused_launch_bounds<Functor>>(
                            space, league, 1, fused_scratch_bytes<Acc, ExecSpace>(probe))
                            .team_size_max(probe, Kokkos::ParallelForTag{});
   if (plan.team_chunks * plan.lanes <= team_max) return plan;
@@ -516,7 +511,7 @@ FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, con
 template <class Acc, class ExecSpace, class Functor>
 void launch_fused(const char* label, const ExecSpace& space, int league, const Functor& functor) {
   Kokkos::parallel_for(label,
-                       team_policy<ExecSpace, typename fused_launch_bounds<Functor>::type>(
+                       team_policy<ExecSpace, fused_launch_bounds<Functor>>(
                            space, league, functor.plan.team_chunks * functor.plan.lanes,
                            fused_scratch_bytes<Acc, ExecSpace>(functor)),
                        functor);
@@ -524,8 +519,9 @@ void launch_fused(const char* label, const ExecSpace& space, int league, const F
 
 // Runs the fused mode. With config.residual_atol, returns a device scalar that holds the most
 // iterations any window ran once the kernel is done (read it with read_count_on_host); without, an
-// empty View: every window runs config.max_iters.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
+// empty View: every window runs config.max_iters. LaunchBounds: void (the library's kernels) or the
+// Kokkos::LaunchBounds a benchmark compiles the kernel with.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class LaunchBounds = void>
 Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace& space, const Cell& cell,
                                                                  const UView& u, const HView& h, const H0View& h0,
                                                                  const NewtonConfig& config, const ScanShape& shape) {
@@ -537,7 +533,8 @@ Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
   auto run = [&]<bool EarlyExit>() {
     auto functor_for = [&](const FusedPlan& chosen) {
-      return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, EarlyExit>{
+      return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, EarlyExit,
+                         fused_chunk_capacity<Cell, ExecSpace>, LaunchBounds>{
           cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles,
           config.residual_atol.value_or(0), iterations_run};
     };

@@ -71,6 +71,7 @@ struct FusedAdjoint {
   static constexpr int Capacity = fused_chunk_capacity<Cell, ExecSpace>;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  using launch_bounds = void; // fused_launch_bounds
 
   Cell cell;
   UView u;

@@ -38,7 +38,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
-#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -120,15 +119,15 @@ struct OnePassChain {
 };
 
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
-// with FusedNewton's machinery and OnePassChain. MinTeamsPerSM > 0 compiles it for teams of at most
-// 256 threads, that many of them resident per SM (registers capped, the rest spilled).
+// with FusedNewton's machinery and OnePassChain. LaunchBounds: a Kokkos::LaunchBounds to compile it
+// with, or void (fused_launch_bounds).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          int MinTeamsPerSM = 0>
+          class LaunchBounds = void>
 struct OnePassNewton {
   using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D>;
-  using launch_bounds = std::conditional_t<(MinTeamsPerSM > 0), Kokkos::LaunchBounds<256, MinTeamsPerSM>, void>;
+  using launch_bounds = LaunchBounds;
 
   core_type core;
   FusedPlan plan;   // core.plan (launch_fused reads it here)
@@ -160,15 +159,15 @@ struct OnePassNewton {
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
-// MinTeamsPerSM: 0 for no launch bounds (the library's kernels). perf_tests/bench_newton.cpp
+// LaunchBounds: void (the library's kernels) or a Kokkos::LaunchBounds. perf_tests/bench_newton.cpp
 // builds others to measure the trade-offs of registers against windows and against resident teams.
-template <class Acc, int ChunkCapacity = 0, int MinTeamsPerSM = 0, class ExecSpace, class Cell, class UView,
+template <class Acc, int ChunkCapacity = 0, class LaunchBounds = void, class ExecSpace, class Cell, class UView,
           class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, MinTeamsPerSM>;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, LaunchBounds>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

@@ -84,6 +84,7 @@ struct OnePassAdjoint {
   using core_type = FusedAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
   using member_type = typename core_type::member_type;
   using chain_type = OnePassAdjointChain<Acc, core_type::D>;
+  using launch_bounds = void; // fused_launch_bounds
   static constexpr int MapSize = core_type::MapSize;
 
   core_type core;   // core.partial: [windows * B, cell.param_count()], row window * B + b

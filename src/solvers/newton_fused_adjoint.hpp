@@ -132,16 +132,20 @@ struct FusedAdjoint {
     // This thread's chunk: inputs, the state before each step and dL/dh of each step.
     Acc in[Capacity][Inputs], before[Capacity][D], grad[Capacity][D];
     if (working) {
+      const auto inputs = chunk_rows(u, b, first), states = chunk_rows(trajectory.h, b, first);
+      const auto grads = chunk_rows(g_in, b, first);
       PARASEQ_UNROLL
       for (int s = 0; s < Capacity; ++s) {
         if (s >= count) continue; // unrolled: a guard, not a loop exit
-        gather_inputs<Acc>(cell, u, b, first + s, g, in[s]);
+        for (int k = 0; k < cell.inputs_per_group(); ++k) in[s][k] = Acc(inputs(s, cell.input_column(g, k)));
         // The state before step t (h0 at t = 0), loaded with this kernel's compile-time d.
         const int t = first + s;
         if (t == 0) load_initial<Acc>(trajectory.h0, b, g * d, d, before[s]);
-        else
+        else if (s == 0)
           for (int i = 0; i < d; ++i) before[s][i] = Acc(trajectory.h(b, t - 1, g * d + i));
-        for (int i = 0; i < d; ++i) grad[s][i] = Acc(g_in(b, first + s, g * d + i));
+        else
+          for (int i = 0; i < d; ++i) before[s][i] = Acc(states(s - 1, g * d + i));
+        for (int i = 0; i < d; ++i) grad[s][i] = Acc(grads(s, g * d + i));
       }
     }
     // Compose, latest step first. The first thread's map is used only as part of the window's.
@@ -162,6 +166,7 @@ struct FusedAdjoint {
     // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
     Acc nu[D];
     if (working) {
+      const auto du_rows = chunk_rows(du, b, first);
       Acc next[D];
       for (int i = 0; i < d; ++i) nu[i] = shared.carry[i];
       for (int q = active - 1; q > p; --q) {
@@ -175,7 +180,7 @@ struct FusedAdjoint {
         for (int i = 0; i < d; ++i) mu[i] = grad[s][i] + nu[i];
         repeated_vjp(cell, g, before[s], in[s], mu, nu, du_step, dp);
         for (int k = 0; k < cell.inputs_per_group(); ++k)
-          du(b, first + s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
+          du_rows(s, cell.input_column(g, k)) = typename DUView::value_type(du_step[k]);
         for (int k = 0; k < cell.params_per_group(); ++k) sums[k] += dp[k];
       }
     }

@@ -321,37 +321,12 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
 
 namespace detail {
 
-// How the one-pass kernels' teams hand values to each other (OrderedScan's ChainedTag, the one-pass
-// Newton modes): a team writes the values from any of its threads, meets at a barrier, and then one
-// thread fences and stores the status that announces them (announce_status: the barrier orders
-// the team's writes before that fence, as a grid-wide barrier's release does). A reader polls the
-// status with volatile loads (so that a GPU polls L2 rather than a stale L1 line), fences in the
-// polling thread (wait_for_status) and meets its team at a barrier before any thread reads the
-// values. One fence per status and team, not one per thread that writes or reads.
-template <class Member>
-KOKKOS_FUNCTION void announce_status(const Member& team, int* status, int value) {
-  if (team.team_rank() == 0 && status) {
-    Kokkos::memory_fence(); // the team's values, ordered before it by the barrier, before the status
-    Kokkos::atomic_store(status, value);
-  }
-}
-
-// Polls `status` until it is not 0; returns what it became.
-KOKKOS_FUNCTION inline int wait_for_status(const int* status) {
-  const volatile int* polled = status;
-  int seen;
-  while ((seen = *polled) == 0) {
-  }
-  Kokkos::memory_fence(); // what the status announces is read after it
-  return seen;
-}
-
-// The decoupled look-back of the one-pass kernels: entries 0, 1, ... (chunks, segments or windows)
-// publish a status, 0 nothing yet, 1 their map, 2 the state leaving them. Returns the nearest entry
-// at or before `newest` with status 2, or -1 if there is none. The team polls `width` entries at a
-// time, a thread each, until each has published at least its map; called by the whole team (the
-// reduction is the barrier after which its threads read what the statuses announce).
-// status_at(k) is entry k's status.
+// The decoupled look-back of the one-pass kernels (OrderedScan's ChainedTag, the one-pass Newton
+// mode of newton_one_pass.hpp): entries 0, 1, ... (chunks, segments or windows) publish a status,
+// 0 nothing yet, 1 their map, 2 the state leaving them. Returns the nearest entry at or before
+// `newest` with status 2, or -1 if there is none. The team polls `width` entries at a time, a
+// thread each (volatile reads, so that a GPU polls L2 rather than a stale L1 line), until each has
+// published at least its map; called by the whole team. status_at(k) is entry k's status.
 template <class Member, class StatusAt>
 KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const StatusAt& status_at) {
   const int width = Kokkos::min(team.team_size(), 32);
@@ -359,10 +334,17 @@ KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const Sta
   for (; known < 0 && newest >= 0; newest -= width) {
     int found = -1;
     const int polled = newest - team.team_rank();
-    if (team.team_rank() < width && polled >= 0 && wait_for_status(status_at(polled)) == 2) found = polled;
+    if (team.team_rank() < width && polled >= 0) {
+      const volatile int* status = status_at(polled);
+      int seen;
+      while ((seen = *status) == 0) {
+      }
+      if (seen == 2) found = polled;
+    }
     team.team_reduce(Kokkos::Max<int>(found));
     known = found;
   }
+  Kokkos::memory_fence(); // what the statuses announce is read after them
   return known;
 }
 
@@ -627,14 +609,19 @@ private:
           Acc* published = chunk_maps_.data() + published_index(batch, chunk, group_of(tile, lane)) * MapSize;
           for (int i = 0; i < MapSize; ++i) published[i] = chunk_map[r][i];
         }
+        Kokkos::memory_fence(); // the maps are visible before the status that announces them
       }
       team.team_barrier();
-      announce_status(team, &status_(status_index(batch, tile, chunk)), 1);
+      if (team.team_rank() == 0) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
     }
     // 2. The maps of the chunks before c in the segment; the closing chunk folds G_s.
-    for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size())
-      wait_for_status(&status_(status_index(batch, tile, k)));
+    for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size()) {
+      const volatile int* status = &status_(status_index(batch, tile, k));
+      while (*status == 0) {
+      }
+    }
     team.team_barrier();
+    Kokkos::memory_fence(); // what the statuses announce is read after them
     if (closes) {
       if (me.p == 0) {
         for (int r = 0; r < me.rows; ++r) {
@@ -650,11 +637,12 @@ private:
           Acc* published = segment_maps_.data() + published_index(batch, segment, group) * MapSize;
           for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
         }
+        Kokkos::memory_fence();
       }
       team.team_barrier();
       // Segment 0 announces only its state (status 2), which needs no look-back: so every search
       // ends there at the latest.
-      announce_status(team, segment > 0 ? &status_(segment_status_index(batch, tile, segment)) : nullptr, 1);
+      if (team.team_rank() == 0 && segment > 0) Kokkos::atomic_store(&status_(segment_status_index(batch, tile, segment)), 1);
     }
     // 3.-4. E_s, E_{s+1} if c closes s, and the state entering c.
     const int known = segment > 0 ? published_segment_before(team, batch, tile, segment) : -1;
@@ -678,9 +666,10 @@ private:
       // of a copy past `state`.
       for (int r = 0; r < Rows && r < me.rows; ++r)
         for (int i = 0; i < dim(); ++i) entering[(me.first_lane + r) * D + i] = state[r][i];
+      Kokkos::memory_fence();
     }
     team.team_barrier();
-    announce_status(team, closes ? &status_(segment_status_index(batch, tile, segment)) : nullptr, 2);
+    if (team.team_rank() == 0 && closes) Kokkos::atomic_store(&status_(segment_status_index(batch, tile, segment)), 2);
 
     // 5.
     if (count > 0) {

@@ -161,9 +161,10 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   if (folds && at > 0) {
     Acc* published = map_at(at);
     for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+    Kokkos::memory_fence(); // the map is visible before the status that announces it
   }
   team.team_barrier();
-  announce_status(team, at > 0 ? status_at(at) : nullptr, 1);
+  if (team.team_rank() == 0 && at > 0) Kokkos::atomic_store(status_at(at), 1);
   const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1; // the same on every thread
   Acc entering[D], next[D];
   if (folds) {
@@ -183,10 +184,11 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   }
   if (folds) {
     map_apply<Acc, D>(d, fold, entering, state_at(at));
+    Kokkos::memory_fence();
     hand_on(entering);
   }
   team.team_barrier();
-  announce_status(team, status_at(at), 2);
+  if (team.team_rank() == 0) Kokkos::atomic_store(status_at(at), 2);
 }
 
 // The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:

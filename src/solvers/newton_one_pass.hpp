@@ -74,10 +74,11 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
     Acc* published = guesses + values_at(0, window, me, D);
     for (int i = 0; i < d; ++i) published[i] = last[i];
+    Kokkos::memory_fence(); // the state is visible before the status that announces it
   }
   template <class Member>
   KOKKOS_INLINE_FUNCTION void announce_guess(const Member& team) const {
-    announce_status(team, guess_status(window), 1);
+    if (team.team_rank() == 0) Kokkos::atomic_store(guess_status(window), 1);
   }
 
   // The first iteration linearises the window's first step at window w - 1's initial guess at its
@@ -85,8 +86,13 @@ struct OnePassChain {
   template <class Member, class Scratch>
   KOKKOS_INLINE_FUNCTION void enter_window(const Member& team, const FusedThread& me, const Scratch& shared) const {
     if (window == 0) return;
-    if (team.team_rank() == 0) wait_for_status(guess_status(window - 1));
+    if (team.team_rank() == 0) {
+      const volatile int* status = guess_status(window - 1);
+      while (*status == 0) {
+      }
+    }
     team.team_barrier();
+    Kokkos::memory_fence(); // what the status announces is read after it
     if (me.live && me.p == 0) read_published_values(guesses + values_at(0, window - 1, me, D), D, shared.carry);
   }
 

@@ -176,36 +176,10 @@ void fused_thread_counts(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
 
-// The fused forward at the anchor shape compiled with launch bounds (registers capped, the rest
-// spilled): P = 8 threads per lane and 3 or 4 teams per SM (80 or 64 registers; all 512 teams resident
-// on 132 SMs with 4), against the library's kernel (its plan's P = 5 and 96 registers: 4 teams of
-// 5 warps per SM) and P = 8 without bounds (2 teams per SM) in gru_forward_fused_threads.
-template <int MaxTeamThreads, int MinTeamsPerSM>
-void fused_with_bounds(benchmark::State& state) {
-  GruProblem problem(16, 4096, 1024);
-  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::fused);
-  const bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
-  config.fused_team_threads = on_host ? 1 : MaxTeamThreads / 32; // hosts: one thread per window
-  using Cell = paraseq::ParaGRU<float, memory>;
-  using U = paraseq::InView<float, 3, Space>;
-  using H = paraseq::OutView<float, 3, Space>;
-  using H0 = paraseq::InView<float, 2, Space>;
-  const Cell cell = problem.cell();
-  const U u = problem.u;
-  const H h = problem.h;
-  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
-  const double elements = 16.0 * 4096 * 1024;
-  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::fused_newton<float, Space, Cell, U, H, H0, Kokkos::LaunchBounds<MaxTeamThreads, MinTeamsPerSM>>(
-        space, cell, u, h, H0{}, config, shape);
-  });
-}
-PARASEQ_BENCHMARK((fused_with_bounds<256, 3>))->Name("gru_forward_fused_bounds/P:8/teams:3");
-PARASEQ_BENCHMARK((fused_with_bounds<256, 4>))->Name("gru_forward_fused_bounds/P:8/teams:4");
-
 // The one-pass mode at the long shapes with P threads per lane (a window of 8 P steps on devices),
 // forward and forward + backward (its one-pass adjoint): where the device rule's P (8 at these
-// shapes: teams of at most 256 threads) stands against its neighbours.
+// shapes: teams of at most 256 threads, which the forward's launch bounds also set) stands against
+// its neighbours.
 void gru_one_pass_threads(benchmark::State& state) {
   paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
   config.fused_team_threads = int(state.range(3));
@@ -218,7 +192,7 @@ std::vector<std::tuple<int, int, int>> one_pass_shapes() {
 }
 std::vector<int> one_pass_thread_choices() {
   if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) return {1};
-  return {2, 4, 8, 12, 16};
+  return {2, 4, 8};
 }
 void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "P", "backward"});
@@ -230,11 +204,11 @@ PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
 
 // The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
 // 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
-// look-back walks. And with L = 8 compiled for 3 or 4 resident teams of at most 256 threads per SM
-// (MinTeamsPerSM: registers capped at 80 or 64, the rest spilled) against the library's kernel (2
-// teams at its registers): resident warps against spills. The kernels are built here and run with
-// P threads per lane (windows of L x P steps).
-template <int ChunkCapacity, class LaunchBounds = void>
+// look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
+// threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
+// bounds (2 teams at its registers): resident warps against spills.
+// The kernels are built here and run with P threads per lane (windows of L x P steps).
+template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -259,19 +233,7 @@ void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
-// Launch bounds of 256 threads: P <= 8 at 32 lanes.
-void one_pass_bounded_shapes(benchmark::internal::Benchmark* bench) {
-  bench->ArgNames({"B", "T", "H", "P"});
-  for (auto [B, T, H] : one_pass_shapes())
-    for (int P : one_pass_thread_choices())
-      if (P == 4 || P == 8 || P == 1) bench->Args({B, T, H, P});
-}
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 3>>))
-    ->Name("gru_one_pass_chunks/L:8/teams:3")
-    ->Apply(one_pass_bounded_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 4>>))
-    ->Name("gru_one_pass_chunks/L:8/teams:4")
-    ->Apply(one_pass_bounded_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
 
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {

@@ -321,30 +321,53 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
 
 namespace detail {
 
+// How the one-pass kernels' teams hand values to each other. The ordered scan's: each thread that
+// writes values fences, the team meets at a barrier and one thread stores the status that announces
+// them; a reader polls the status with volatile loads (so that a GPU polls L2 rather than a stale L1
+// line), meets its team at a barrier, and every thread fences before it reads. The one-pass Newton
+// kernels' (SingleFence): one fence per status and team. The team writes, meets at its barrier, and
+// one thread fences and stores the status (announce_status: the barrier orders the team's writes
+// before that fence, as a grid-wide barrier's release does); the polling threads fence after the
+// status they saw (wait_for_status), and the barrier after it lets the team read. The one-channel
+// scan of 2^26 steps was 7% slower that way on the H100 (2026-12-06), so the scan keeps the former.
+template <class Member>
+KOKKOS_FUNCTION void announce_status(const Member& team, int* status, int value) {
+  if (team.team_rank() == 0 && status) {
+    Kokkos::memory_fence(); // the team's values, ordered before it by the barrier, before the status
+    Kokkos::atomic_store(status, value);
+  }
+}
+
+// Polls `status` until it is not 0; returns what it became.
+template <bool Fence>
+KOKKOS_FUNCTION int wait_for_status(const int* status) {
+  const volatile int* polled = status;
+  int seen;
+  while ((seen = *polled) == 0) {
+  }
+  if constexpr (Fence) Kokkos::memory_fence(); // what the status announces is read after it
+  return seen;
+}
+
 // The decoupled look-back of the one-pass kernels (OrderedScan's ChainedTag, the one-pass Newton
-// mode of newton_one_pass.hpp): entries 0, 1, ... (chunks, segments or windows) publish a status,
-// 0 nothing yet, 1 their map, 2 the state leaving them. Returns the nearest entry at or before
-// `newest` with status 2, or -1 if there is none. The team polls `width` entries at a time, a
-// thread each (volatile reads, so that a GPU polls L2 rather than a stale L1 line), until each has
+// modes): entries 0, 1, ... (chunks, segments or windows) publish a status, 0 nothing yet, 1 their
+// map, 2 the state leaving them. Returns the nearest entry at or before `newest` with status 2, or
+// -1 if there is none. The team polls `width` entries at a time, a thread each, until each has
 // published at least its map; called by the whole team. status_at(k) is entry k's status.
-template <class Member, class StatusAt>
+// SingleFence: the polling threads fence before the team's reduction, instead of every thread
+// after it (above).
+template <bool SingleFence = false, class Member, class StatusAt>
 KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const StatusAt& status_at) {
   const int width = Kokkos::min(team.team_size(), 32);
   int known = -1;
   for (; known < 0 && newest >= 0; newest -= width) {
     int found = -1;
     const int polled = newest - team.team_rank();
-    if (team.team_rank() < width && polled >= 0) {
-      const volatile int* status = status_at(polled);
-      int seen;
-      while ((seen = *status) == 0) {
-      }
-      if (seen == 2) found = polled;
-    }
+    if (team.team_rank() < width && polled >= 0 && wait_for_status<SingleFence>(status_at(polled)) == 2) found = polled;
     team.team_reduce(Kokkos::Max<int>(found));
     known = found;
   }
-  Kokkos::memory_fence(); // what the statuses announce is read after them
+  if constexpr (!SingleFence) Kokkos::memory_fence(); // what the statuses announce is read after them
   return known;
 }
 

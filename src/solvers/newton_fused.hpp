@@ -161,11 +161,10 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   if (folds && at > 0) {
     Acc* published = map_at(at);
     for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
-    Kokkos::memory_fence(); // the map is visible before the status that announces it
   }
   team.team_barrier();
-  if (team.team_rank() == 0 && at > 0) Kokkos::atomic_store(status_at(at), 1);
-  const int known = at > 0 ? look_back_to_state(team, at - 1, status_at) : -1; // the same on every thread
+  announce_status(team, at > 0 ? status_at(at) : nullptr, 1);
+  const int known = at > 0 ? look_back_to_state<true>(team, at - 1, status_at) : -1; // the same on every thread
   Acc entering[D], next[D];
   if (folds) {
     for (int i = 0; i < d; ++i) entering[i] = Acc(0);
@@ -184,11 +183,10 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
   }
   if (folds) {
     map_apply<Acc, D>(d, fold, entering, state_at(at));
-    Kokkos::memory_fence();
     hand_on(entering);
   }
   team.team_barrier();
-  if (team.team_rank() == 0) Kokkos::atomic_store(status_at(at), 2);
+  announce_status(team, status_at(at), 2);
 }
 
 // The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
@@ -274,10 +272,9 @@ struct LinearizedStep {
 };
 
 // ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
-// benchmark builds the kernel with another); LaunchBounds: void, or a Kokkos::LaunchBounds that a
-// benchmark compiles the kernel with (fused_launch_bounds).
+// benchmark builds the kernel with another).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
-          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>, class LaunchBounds = void>
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
@@ -286,7 +283,10 @@ struct FusedNewton {
   static constexpr bool Cached = fused_caches_linearization<Cell>;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-  using launch_bounds = LaunchBounds;
+  // None (fused_launch_bounds): with P = 8 threads per lane and 3 teams per SM (80 registers) the
+  // fused forward took 0.694 ms at (16, 4096, 1024) against the plan's P = 5 at 96 registers,
+  // 0.702 ms, and with 4 teams (64 registers) 0.759 ms (H100, 68b5ee0, 2026-12-06).
+  using launch_bounds = void;
 
   Cell cell;
   UView u;
@@ -504,9 +504,9 @@ std::size_t fused_scratch_bytes(const Functor& functor) {
   return Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space>::shmem_size(functor.scratch_count());
 }
 
-// The launch bounds a fused kernel is compiled with: its functor's `launch_bounds`, void (none) in
-// the library's kernels; a Kokkos::LaunchBounds (threads per team, teams per SM) caps the
-// registers, as perf_tests/bench_newton.cpp measures.
+// The launch bounds a fused kernel is compiled with: its functor's `launch_bounds`, void (none) or a
+// Kokkos::LaunchBounds (threads per team, teams per SM), which caps its registers (the one-pass
+// forward's: one_pass_launch_bounds).
 template <class Functor>
 using fused_launch_bounds = typename Functor::launch_bounds;
 
@@ -542,9 +542,8 @@ void launch_fused(const char* label, const ExecSpace& space, int league, const F
 
 // Runs the fused mode. With config.residual_atol, returns a device scalar that holds the most
 // iterations any window ran once the kernel is done (read it with read_count_on_host); without, an
-// empty View: every window runs config.max_iters. LaunchBounds: void (the library's kernels) or the
-// Kokkos::LaunchBounds a benchmark compiles the kernel with.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class LaunchBounds = void>
+// empty View: every window runs config.max_iters.
+template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View>
 Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace& space, const Cell& cell,
                                                                  const UView& u, const HView& h, const H0View& h0,
                                                                  const NewtonConfig& config, const ScanShape& shape) {
@@ -556,8 +555,7 @@ Kokkos::View<int, typename ExecSpace::memory_space> fused_newton(const ExecSpace
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), league = shape.batch * tiles;
   auto run = [&]<bool EarlyExit>() {
     auto functor_for = [&](const FusedPlan& chosen) {
-      return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, EarlyExit,
-                         fused_chunk_capacity<Cell, ExecSpace>, LaunchBounds>{
+      return FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, EarlyExit>{
           cell, u, h, h0, chosen, shape, config.max_iters, Acc(config.omega), config.initial_guess, tiles,
           config.residual_atol.value_or(0), iterations_run};
     };

@@ -30,6 +30,8 @@
 //
 // Unlike the fused mode's windows, which stop on their own (residual_atol), the one-pass windows
 // depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
+// The kernel waits mostly on those exchanges, so on devices the teams per SM count more than a
+// thread's registers: one_pass_launch_bounds (below).
 
 #include <paraseq/core/ordered_scan.hpp>
 #include <paraseq/core/workspace.hpp>
@@ -38,6 +40,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -74,11 +77,10 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
     Acc* published = guesses + values_at(0, window, me, D);
     for (int i = 0; i < d; ++i) published[i] = last[i];
-    Kokkos::memory_fence(); // the state is visible before the status that announces it
   }
   template <class Member>
   KOKKOS_INLINE_FUNCTION void announce_guess(const Member& team) const {
-    if (team.team_rank() == 0) Kokkos::atomic_store(guess_status(window), 1);
+    announce_status(team, guess_status(window), 1);
   }
 
   // The first iteration linearises the window's first step at window w - 1's initial guess at its
@@ -86,13 +88,8 @@ struct OnePassChain {
   template <class Member, class Scratch>
   KOKKOS_INLINE_FUNCTION void enter_window(const Member& team, const FusedThread& me, const Scratch& shared) const {
     if (window == 0) return;
-    if (team.team_rank() == 0) {
-      const volatile int* status = guess_status(window - 1);
-      while (*status == 0) {
-      }
-    }
+    if (team.team_rank() == 0) wait_for_status<true>(guess_status(window - 1));
     team.team_barrier();
-    Kokkos::memory_fence(); // what the status announces is read after it
     if (me.live && me.p == 0) read_published_values(guesses + values_at(0, window - 1, me, D), D, shared.carry);
   }
 
@@ -163,17 +160,38 @@ struct OnePassNewton {
   }
 };
 
+// The library's launch bounds for the one-pass forward. On devices, cells with one state per group
+// and at most 3 inputs per step, in float (ParaGRU), run as 4 teams of at most 256 threads per SM
+// with their registers capped at 64 (ptxas keeps the rest of a thread's chunk in local memory, which
+// the L1 cache holds) instead of 2 teams at the 108 registers ptxas would take: on the H100 that
+// ran ParaGRU's one-pass forward at (1, 65536, 256) in 0.561 instead of 0.682 ms, at (1, 2^20, 64)
+// in 2.80 instead of 3.17 ms and at (4, 2^18, 128) in 4.00 instead of 5.14 ms (68b5ee0, 2026-12-06,
+// gru_one_pass_chunks; 3 teams at 80 registers in between). Other cells, double and hosts: none
+// (not measured).
+template <class Acc, class Cell, class ExecSpace>
+using one_pass_launch_bounds =
+    std::conditional_t<!Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible &&
+                           std::is_same_v<Acc, float> && Cell::structure::fixed_group_size == 1 &&
+                           Cell::max_inputs_per_group <= 3,
+                       Kokkos::LaunchBounds<256, 4>, void>;
+
+// one_pass_newton's LaunchBounds when the library's choice (one_pass_launch_bounds) is wanted.
+struct LibraryLaunchBounds {};
+
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
-// LaunchBounds: void (the library's kernels) or a Kokkos::LaunchBounds. perf_tests/bench_newton.cpp
-// builds others to measure the trade-offs of registers against windows and against resident teams.
-template <class Acc, int ChunkCapacity = 0, class LaunchBounds = void, class ExecSpace, class Cell, class UView,
-          class HView, class H0View>
+// LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds.
+// perf_tests/bench_newton.cpp builds others to measure the trade-offs of registers against windows
+// and against resident teams.
+template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds, class ExecSpace, class Cell,
+          class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, LaunchBounds>;
+  using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
+                                    one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

@@ -638,11 +638,8 @@ private:
       if (team.team_rank() == 0) Kokkos::atomic_store(&status_(status_index(batch, tile, chunk)), 1);
     }
     // 2. The maps of the chunks before c in the segment; the closing chunk folds G_s.
-    for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size()) {
-      const volatile int* status = &status_(status_index(batch, tile, k));
-      while (*status == 0) {
-      }
-    }
+    for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size())
+      wait_for_status<false>(&status_(status_index(batch, tile, k)));
     team.team_barrier();
     Kokkos::memory_fence(); // what the statuses announce is read after them
     if (closes) {

@@ -11,6 +11,7 @@
 #include "newton_test_problems.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -116,14 +117,26 @@ TYPED_TEST(Newton, LargerInputsTakeOneMoreIteration) {
   }
 }
 
+// Every mode, the one-pass mode too (on GPUs the kernel of one_pass_launch_bounds, with the cells'
+// approximate gates) with 16-step windows, shared by several threads where the space allows, and
+// with the space's own plan.
 TYPED_TEST(Newton, GruMatchesSequentialLoopInFloat) {
   using Space = TypeParam;
   const int T_steps = 4096;
   GruProblem<float, Space> problem(2, T_steps, 8, 0.5, 5, 1.5);
   const Host3 reference = problem.reference();
   View3<float, Space> h("h", 2, T_steps, 8);
-  for (const NewtonConfig& config : forward_configs<Space>()) {
+  std::vector<NewtonConfig> configs = forward_configs<Space>();
+  configs.push_back(with_mode(NewtonMode::one_pass, {}, 16));
+  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
+    configs.push_back(configs.back());
+    configs.back().fused_team_threads = threads;
+  }
+  configs.push_back(with_mode(NewtonMode::one_pass));
+  for (NewtonConfig& config : configs) config.max_iters = 3;
+  for (const NewtonConfig& config : configs) {
     SCOPED_TRACE(describe(config));
+    Kokkos::deep_copy(h, NAN); // a mode that wrote nothing fails
     newton_solve(Space{}, problem.cell(), problem.u, h, config);
     EXPECT_LE(max_abs_difference(as_double3(h), reference), 1e-5);
   }

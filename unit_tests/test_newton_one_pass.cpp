@@ -1,10 +1,11 @@
 // The one-pass Newton mode (newton_one_pass.hpp) with ParaGRU and ParaLSTM (2 x 2 blocks): against
 // the newton mode after the same iterations (the same mathematics, so equal to rounding, also
 // before convergence), from every initial guess and with a damped update, against the float64
-// sequential loop once converged (ParaGRU also in float), bitwise repeatable, over sequences of many
-// windows, shorter than one window and of one step; its adjoint (newton_one_pass_adjoint.hpp) against the newton mode's
+// sequential loop once converged, bitwise repeatable, over sequences of many windows, shorter than
+// one window and of one step; its adjoint (newton_one_pass_adjoint.hpp) against the newton mode's
 // (a reverse scan, then the local products) and bitwise repeatable; on every enabled space.
-// test_newton.cpp checks the adjoint against finite differences and the float64 reverse-mode loop.
+// test_newton.cpp checks ParaGRU in float against the float64 loop in every mode, this one among
+// them, and the adjoint against finite differences and the float64 reverse-mode loop.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -83,27 +84,6 @@ TYPED_TEST(NewtonOnePass, GruMatchesNewtonModeAndLoop) {
     fill_uniform(h0, -0.5, 0.5, 83);
     const Host3 reference = gru_sequential(as_double2(problem.a), as_double3(problem.u), as_double2(h0));
     for (int iterations : {1, 2, 3}) check_one_pass<Space>(problem, h0, reference, iterations, iterations == 3);
-  }
-}
-
-// ParaGRU in float, as newton_solve runs it for training (on GPUs the kernel of
-// one_pass_launch_bounds, with the cells' approximate gates): K = 3 against the float64 loop on the
-// same inputs, with 16-step windows and with the space's own plan, within test_newton.cpp's bound
-// for the other modes in float.
-TYPED_TEST(NewtonOnePass, GruInFloatMatchesTheLoop) {
-  using Space = TypeParam;
-  const int T_steps = 4096;
-  GruProblem<float, Space> problem(2, T_steps, 8, 0.5, 5, 1.5);
-  const Host3 reference = problem.reference();
-  View3<float, Space> h("h", 2, T_steps, 8);
-  std::vector<NewtonConfig> configs = one_pass_configs<Space>(3);
-  configs.push_back(with_mode(NewtonMode::one_pass));
-  configs.back().max_iters = 3;
-  for (const NewtonConfig& config : configs) {
-    SCOPED_TRACE(describe(config));
-    Kokkos::deep_copy(h, NAN);
-    newton_solve(Space{}, problem.cell(), problem.u, h, config);
-    EXPECT_LE(max_abs_difference(as_double3(h), reference), 1e-5);
   }
 }
 

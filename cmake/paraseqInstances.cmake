@@ -90,7 +90,7 @@ function(paraseq_instance out_declaration out_definition out_scan kind type spac
   elseif(kind STREQUAL "newton_fused")
     set(instantiation "Kokkos::View<int, ${space}::memory_space> paraseq::detail::fused_newton<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${out3}, ${in2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
   elseif(kind STREQUAL "newton_one_pass_adjoint")
-    set(instantiation "Kokkos::View<${type}**, Kokkos::LayoutRight, ${space}::memory_space> paraseq::detail::one_pass_adjoint<${type}, ${space}>(const ${space}&, const ${cell}&, ${in3}, ${in3}, ${in2}, ${in3}, ${out3}, ${out2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
+    set(instantiation "Kokkos::View<${type}**, Kokkos::LayoutRight, ${space}::memory_space> paraseq::detail::one_pass_adjoint<${type}>(const ${space}&, const ${cell}&, ${in3}, ${in3}, ${in2}, ${in3}, ${out3}, ${out2}, const paraseq::NewtonConfig&, const paraseq::ScanShape&)")
   elseif(kind MATCHES "^newton_scan")
     set(structure "${cell}::structure")
     set(quasi false)

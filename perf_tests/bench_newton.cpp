@@ -235,6 +235,40 @@ PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->App
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
 
+// The one-pass adjoint alone at the converged trajectory, P = 8 threads per lane: the library's
+// kernel (on devices one_pass_adjoint_launch_bounds) against the same kernel compiled without launch
+// bounds (2 teams of 256 threads per SM at its 90 registers) and for 3 teams (80 registers).
+// Bytes: u, h and g read and du written once.
+template <class LaunchBounds>
+void one_pass_adjoint_with_bounds(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  const auto cell = problem.cell();
+  const Space space;
+  paraseq::newton_solve(space, cell, problem.u, problem.h, config);
+  View3 g("g", B, T, H), du("du", B, T, 3 * H);
+  fill(g, 1.0f, 3);
+  // The View types newton_backward gives its compiled instances, so that the library's kernel is measured.
+  const paraseq::InView<float, 3, Space> u = problem.u, h = problem.h, g_in = g;
+  const paraseq::OutView<float, 3, Space> du_out = du;
+  const paraseq::InView<float, 2, Space> no_h0;
+  const paraseq::OutView<float, 2, Space> no_dh0;
+  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 32 * elements, backward_flops_per_element * elements, [&](const Space& on) {
+    paraseq::detail::one_pass_adjoint<float, LaunchBounds>(on, cell, u, h, no_h0, g_in, du_out, no_dh0, config, shape);
+  });
+}
+PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
+    ->Name("gru_one_pass_adjoint")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoint/bounds:none")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 3>>))
+    ->Name("gru_one_pass_adjoint/teams:3")
+    ->Apply(one_pass_chunk_shapes);
+
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {
   const int M = int(state.range(0)), D = int(state.range(1)), U = int(state.range(2));

@@ -25,10 +25,12 @@
 #include <paraseq/core/workspace.hpp>
 #include <paraseq/solvers/newton_fused.hpp>
 #include <paraseq/solvers/newton_fused_adjoint.hpp>
+#include <paraseq/solvers/newton_one_pass.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -76,15 +78,16 @@ struct OnePassAdjointChain {
 
 // The kernel: a team per (window, batch element, tile), in ticket order from the last window, each
 // running its window with FusedAdjoint's machinery and OnePassAdjointChain, then writing its
-// window's parameter row.
+// window's parameter row. LaunchBounds: a Kokkos::LaunchBounds to compile it with, or void
+// (fused_launch_bounds).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
-          class DH0View>
+          class DH0View, class LaunchBounds = void>
 struct OnePassAdjoint {
   using partial_view = Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   using core_type = FusedAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
   using member_type = typename core_type::member_type;
   using chain_type = OnePassAdjointChain<Acc, core_type::D>;
-  using launch_bounds = void; // fused_launch_bounds
+  using launch_bounds = LaunchBounds;
   static constexpr int MapSize = core_type::MapSize;
 
   core_type core;   // core.partial: [windows * B, cell.param_count()], row window * B + b
@@ -135,15 +138,25 @@ struct OnePassAdjoint {
   }
 };
 
+// The library's launch bounds for the one-pass adjoint: those of the one-pass forward
+// (one_pass_launch_bounds), 4 teams of at most 256 threads per SM for ParaGRU-like cells in float on
+// devices, with registers capped at 64 instead of the 90 ptxas would take.
+template <class Acc, class Cell, class ExecSpace>
+using one_pass_adjoint_launch_bounds = one_pass_launch_bounds<Acc, Cell, ExecSpace>;
+
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
-// [windows * B, cell.param_count()], for sum_partials.
-template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
-          class DH0View>
+// [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the
+// library's kernels), void (none) or a Kokkos::LaunchBounds; perf_tests/bench_newton.cpp builds
+// the others.
+template <class Acc, class LaunchBounds = LibraryLaunchBounds, class ExecSpace, class Cell, class UView, class HView,
+          class H0View, class GView, class DUView, class DH0View>
 Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>
 one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                  const GView& g, const DUView& du, const DH0View& dh0, const NewtonConfig& config,
                  const ScanShape& shape) {
-  using functor_type = OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View>;
+  using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
+                                    one_pass_adjoint_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
+  using functor_type = OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds>;
   using partial_view = typename functor_type::partial_view;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize;

@@ -2,18 +2,11 @@
 // and the input projection GEMM. Shapes (B, T, H): the anchors (16, 4096, 1024) and (8, 16384, 512), a long
 // sequence with a small batch (1, 65536, 256), and (1, 262144, 1), where B x H is below the
 // thread count of any machine, so the automatic rule picks Newton over the sequential loop.
-//
-// Counters: bytes are the compulsory traffic of the fused ideal (read u, 3 values per element, and
-// write h once; the backward also reads h and g and writes du); flops are the useful arithmetic of
-// one sequential pass (about 25 per element forward, 45 backward), so GFLOP/s compares modes by the
-// work the answer needs, not by the work each mode does.
+// The problem and the counters: bench_newton.hpp.
 
-#include "bench_support.hpp"
+#include "bench_newton.hpp"
 
-#include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/input_projection.hpp>
-#include <paraseq/solvers/newton.hpp>
-#include <paraseq/solvers/newton_backward.hpp>
 
 #include <cmath>
 #include <tuple>
@@ -22,27 +15,7 @@
 namespace {
 
 using paraseq::bench::Space;
-using memory = Space::memory_space;
-using View1 = Kokkos::View<float*, Kokkos::LayoutRight, memory>;
-using View2 = Kokkos::View<float**, Kokkos::LayoutRight, memory>;
-using View3 = Kokkos::View<float***, Kokkos::LayoutRight, memory>;
-
-constexpr double forward_flops_per_element = 25, backward_flops_per_element = 45;
-
-template <class View>
-void fill(const View& view, float bound, unsigned seed) {
-  paraseq::bench::fill_uniform(view, -bound, bound, seed);
-}
-
-struct GruProblem {
-  View2 a;
-  View3 u, h;
-  GruProblem(int B, int T, int H) : a("a", 3, H), u("u", B, T, 3 * H), h("h", B, T, H) {
-    fill(a, 0.5f, 1);
-    fill(u, 1.0f, 2);
-  }
-  paraseq::ParaGRU<float, memory> cell() const { return {a}; }
-};
+using namespace paraseq::bench::gru;
 
 paraseq::NewtonMode mode_of(const benchmark::State& state) { return paraseq::NewtonMode(state.range(3)); }
 
@@ -61,12 +34,6 @@ void time_gru(benchmark::State& state, int B, int T, int H, const paraseq::Newto
       paraseq::newton_backward(space, problem.cell(), problem.u, problem.h, g, du, da, paraseq::ZeroInitialState{},
                                paraseq::NoGradient{}, config);
   });
-}
-
-paraseq::NewtonConfig config_of(paraseq::NewtonMode mode) {
-  paraseq::NewtonConfig config = paraseq::compile_safe_config(3);
-  config.mode = mode;
-  return config;
 }
 
 void gru_forward(benchmark::State& state) {
@@ -185,15 +152,6 @@ void gru_one_pass_threads(benchmark::State& state) {
   config.fused_team_threads = int(state.range(3));
   time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, state.range(4) != 0);
 }
-// The long shapes on devices; on hosts (one thread per window, chunks of up to 256 steps) a small one.
-std::vector<std::tuple<int, int, int>> one_pass_shapes() {
-  if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) return {{1, 4096, 64}};
-  return {{1, 65536, 256}, {1, 1 << 20, 64}, {4, 1 << 18, 128}};
-}
-std::vector<int> one_pass_thread_choices() {
-  if (Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible) return {1};
-  return {2, 4, 8};
-}
 void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "P", "backward"});
   for (int backward : {0, 1})
@@ -201,73 +159,6 @@ void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
       for (int P : one_pass_thread_choices()) bench->Args({B, T, H, P, backward});
 }
 PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
-
-// The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
-// 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
-// look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
-// threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
-// bounds (2 teams at its registers): resident warps against spills.
-// The kernels are built here and run with P threads per lane (windows of L x P steps).
-template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds>
-void one_pass_with_chunks(benchmark::State& state) {
-  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
-  GruProblem problem(B, T, H);
-  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
-  config.fused_team_threads = int(state.range(3));
-  const auto cell = problem.cell();
-  // The View types newton_solve gives its compiled instances, so that L = 8 is the library's kernel.
-  const paraseq::InView<float, 3, Space> u = problem.u;
-  const paraseq::OutView<float, 3, Space> h = problem.h;
-  const paraseq::InView<float, 2, Space> no_h0;
-  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
-  const double elements = double(B) * T * H;
-  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds>(space, cell, u, h, no_h0, config, shape);
-  });
-}
-void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
-  bench->ArgNames({"B", "T", "H", "P"});
-  for (auto [B, T, H] : one_pass_shapes())
-    for (int P : one_pass_thread_choices())
-      if (P % 4 == 0 || P == 1) bench->Args({B, T, H, P});
-}
-PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
-
-// The one-pass adjoint alone at the converged trajectory, P = 8 threads per lane: the library's
-// kernel (on devices one_pass_adjoint_launch_bounds) against the same kernel compiled without launch
-// bounds (2 teams of 256 threads per SM at its 90 registers) and for 3 teams (80 registers).
-// Bytes: u, h and g read and du written once.
-template <class LaunchBounds>
-void one_pass_adjoint_with_bounds(benchmark::State& state) {
-  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
-  GruProblem problem(B, T, H);
-  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
-  config.fused_team_threads = int(state.range(3));
-  const auto cell = problem.cell();
-  const Space space;
-  paraseq::newton_solve(space, cell, problem.u, problem.h, config);
-  View3 g("g", B, T, H), du("du", B, T, 3 * H);
-  fill(g, 1.0f, 3);
-  // The View types newton_backward gives its compiled instances, so that the library's kernel is measured.
-  const paraseq::InView<float, 3, Space> u = problem.u, h = problem.h, g_in = g;
-  const paraseq::OutView<float, 3, Space> du_out = du;
-  const paraseq::InView<float, 2, Space> no_h0;
-  const paraseq::OutView<float, 2, Space> no_dh0;
-  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
-  const double elements = double(B) * T * H;
-  paraseq::bench::time_fenced(state, 32 * elements, backward_flops_per_element * elements, [&](const Space& on) {
-    paraseq::detail::one_pass_adjoint<float, LaunchBounds>(on, cell, u, h, no_h0, g_in, du_out, no_dh0, config, shape);
-  });
-}
-PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
-    ->Name("gru_one_pass_adjoint")
-    ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoint/bounds:none")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 3>>))
-    ->Name("gru_one_pass_adjoint/teams:3")
-    ->Apply(one_pass_chunk_shapes);
 
 // u = x W^T + b for M = B*T rows: KokkosBlas::gemm where available, else the team-tiled GEMM.
 void projection_gemm(benchmark::State& state) {

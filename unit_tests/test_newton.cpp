@@ -432,6 +432,35 @@ TYPED_TEST(Newton, GruGradientsMatchReverseModeOnLargerProblems) {
   }
 }
 
+// In float, every way the backward runs and the one-pass adjoint with the space's own plan (on GPUs
+// the kernel of one_pass_adjoint_launch_bounds, whose other tests run in double), at the float
+// solve's h, against the float64 reverse-mode loop: 1e-5 of the largest gradient (with OpenMP the
+// modes reach 1e-7 .. 2e-7 for du and dh0 and 1e-7 .. 1.2e-6 for the sums of da, 2026-12-07). The
+// outputs are NaN-filled first, so a mode that writes nothing fails.
+TYPED_TEST(Newton, GruGradientsInFloatMatchReverseMode) {
+  using Space = TypeParam;
+  const int B = 2, T_steps = 4096, H = 8;
+  GruProblem<float, Space> problem(B, T_steps, H, 0.5, 63, 1.5);
+  View3<float, Space> h("h", B, T_steps, H), g("g", B, T_steps, H), du("du", B, T_steps, 3 * H);
+  View2<float, Space> dh0("dh0", B, H);
+  View1<float, Space> da("da", 3 * H);
+  fill_uniform(g, -1, 1, 64);
+  const GruReverse reference = gru_reverse_mode(as_double2(problem.a), as_double3(problem.u), as_double3(g));
+  newton_solve(Space{}, problem.cell(), problem.u, h, with_mode(NewtonMode::newton));
+  std::vector<NewtonConfig> configs = backward_configs<Space>();
+  configs.push_back(with_mode(NewtonMode::one_pass));
+  for (const NewtonConfig& backward : configs) {
+    SCOPED_TRACE(describe(backward));
+    Kokkos::deep_copy(du, NAN);
+    Kokkos::deep_copy(da, NAN);
+    Kokkos::deep_copy(dh0, NAN);
+    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, backward);
+    EXPECT_LE(max_relative_error(du, reference.du), 1e-5);
+    EXPECT_LE(max_relative_error(da, reference.da), 1e-5);
+    EXPECT_LE(max_relative_error(dh0, reference.dh0), 1e-5);
+  }
+}
+
 // ---- input projection ---------------------------------------------------------------------------
 
 TYPED_TEST(Newton, ProjectionMatchesFloat64Products) {

@@ -138,11 +138,17 @@ struct OnePassAdjoint {
   }
 };
 
-// The library's launch bounds for the one-pass adjoint: those of the one-pass forward
-// (one_pass_launch_bounds), 4 teams of at most 256 threads per SM for ParaGRU-like cells in float on
-// devices, with registers capped at 64 instead of the 90 ptxas would take.
+// The library's launch bounds for the one-pass adjoint. On devices, for the cells of the one-pass
+// forward's bounds (one_pass_launch_bounds: one state per group, at most 3 inputs per step, float),
+// 3 teams of at most 256 threads per SM with their registers capped at 80 instead of 2 teams at
+// the 90 ptxas would take: on the H100 (8842ec1, 2026-12-07, gru_one_pass_adjoint) ParaGRU's
+// adjoint at (1, 65536, 256) took 0.402 ms against 0.449 without bounds and 0.424 with the
+// forward's 4 teams at 64 registers (120 bytes of spill stores), 2.04 against 2.29 at (1, 2^20, 64)
+// and 2.86 against 3.22 at (4, 2^18, 128). Other cells, double and hosts: none (not measured).
 template <class Acc, class Cell, class ExecSpace>
-using one_pass_adjoint_launch_bounds = one_pass_launch_bounds<Acc, Cell, ExecSpace>;
+using one_pass_adjoint_launch_bounds =
+    std::conditional_t<std::is_same_v<one_pass_launch_bounds<Acc, Cell, ExecSpace>, void>, void,
+                       Kokkos::LaunchBounds<256, 3>>;
 
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
 // [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the

@@ -1,0 +1,84 @@
+// The one-pass kernels built with other steps per thread and other launch bounds than the library's,
+// against the library's: ParaGRU in fp32 at the one-pass mode's long shapes (bench_newton.hpp).
+
+#include "bench_newton.hpp"
+
+namespace {
+
+using paraseq::bench::Space;
+using namespace paraseq::bench::gru;
+
+// The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
+// 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
+// look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
+// threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
+// bounds (2 teams at its registers) and for 5 and 6 teams (at most 48 and 40 registers): resident
+// warps against spills. The kernels run with P threads per lane (windows of L x P steps).
+template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds>
+void one_pass_with_chunks(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  const auto cell = problem.cell();
+  // The View types newton_solve gives its compiled instances, so that L = 8 is the library's kernel.
+  const paraseq::InView<float, 3, Space> u = problem.u;
+  const paraseq::OutView<float, 3, Space> h = problem.h;
+  const paraseq::InView<float, 2, Space> no_h0;
+  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds>(space, cell, u, h, no_h0, config, shape);
+  });
+}
+void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "P"});
+  for (auto [B, T, H] : one_pass_shapes())
+    for (int P : one_pass_thread_choices())
+      if (P % 4 == 0 || P == 1) bench->Args({B, T, H, P});
+}
+PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 5>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:5")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 6>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:6")
+    ->Apply(one_pass_chunk_shapes);
+
+// The one-pass adjoint alone at the converged trajectory, with P threads per lane: the library's
+// kernel (on devices 3 teams of at most 256 threads per SM, 80 registers:
+// one_pass_adjoint_launch_bounds) against the same kernel compiled without launch bounds (2 teams at
+// its 90 registers) and for 4 teams (64 registers). Bytes: u, h and g read and du written once.
+template <class LaunchBounds>
+void one_pass_adjoint_with_bounds(benchmark::State& state) {
+  const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
+  GruProblem problem(B, T, H);
+  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  const auto cell = problem.cell();
+  const Space space;
+  paraseq::newton_solve(space, cell, problem.u, problem.h, config);
+  View3 g("g", B, T, H), du("du", B, T, 3 * H);
+  fill(g, 1.0f, 3);
+  // The View types newton_backward gives its compiled instances, so that the library's kernel is measured.
+  const paraseq::InView<float, 3, Space> u = problem.u, h = problem.h, g_in = g;
+  const paraseq::OutView<float, 3, Space> du_out = du;
+  const paraseq::InView<float, 2, Space> no_h0;
+  const paraseq::OutView<float, 2, Space> no_dh0;
+  const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
+  const double elements = double(B) * T * H;
+  paraseq::bench::time_fenced(state, 32 * elements, backward_flops_per_element * elements, [&](const Space& on) {
+    paraseq::detail::one_pass_adjoint<float, LaunchBounds>(on, cell, u, h, no_h0, g_in, du_out, no_dh0, config, shape);
+  });
+}
+PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
+    ->Name("gru_one_pass_adjoint")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoint/bounds:none")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 4>>))
+    ->Name("gru_one_pass_adjoint/teams:4")
+    ->Apply(one_pass_chunk_shapes);
+
+} // namespace

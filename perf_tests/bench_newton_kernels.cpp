@@ -13,8 +13,10 @@ using namespace paraseq::bench::gru;
 // look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
 // threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
 // bounds (2 teams at its registers) and for 5 and 6 teams (at most 48 and 40 registers): resident
-// warps against spills. The kernels run with P threads per lane (windows of L x P steps).
-template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds>
+// warps against spills. And the library's kernel with each thread loading 2 or 4 maps per round of
+// a look-back instead of 1 (LookBackMaps): fewer rounds of memory latency for scratch. The kernels
+// run with P threads per lane (windows of L x P steps).
+template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds, int LookBackMaps = 1>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -28,7 +30,8 @@ void one_pass_with_chunks(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds>(space, cell, u, h, no_h0, config, shape);
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds, LookBackMaps>(space, cell, u, h, no_h0, config,
+                                                                                    shape);
   });
 }
 void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
@@ -45,6 +48,12 @@ PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 5>>))
     ->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 6>>))
     ->Name("gru_one_pass_chunks/L:8/teams:6")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 2>))
+    ->Name("gru_one_pass_chunks/L:8/look_back_maps:2")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 4>))
+    ->Name("gru_one_pass_chunks/L:8/look_back_maps:4")
     ->Apply(one_pass_chunk_shapes);
 
 // The one-pass adjoint alone at the converged trajectory, with P threads per lane: the library's

@@ -148,10 +148,12 @@ struct WindowsInOrder {
 // (hand_on, before the team's barrier). Every published state is its entry's map applied to the
 // state before it, wherever a look-back stopped: the result is bitwise reproducible. map_at(k),
 // state_at(k) and status_at(k) point at entry k's published values and status (of the calling
-// thread's group). The maps in between are loaded P at a time by the lane's P threads into their
-// slots of the team's look-back scratch (`look_back`, [P][lanes][MapSize]; look_back_scratch_values):
-// a look-back across many windows waits for one memory latency per P maps rather than one per map.
-template <class Acc, int D, class Member, class MapAt, class StateAt, class StatusAt, class HandOn>
+// thread's group). The maps in between are loaded MapsPerThread x P at a time by the lane's P
+// threads into the slots of the team's look-back scratch (`look_back`, [MapsPerThread x P][lanes]
+// [MapSize]; look_back_scratch_values): a look-back across many windows waits for one memory
+// latency per MapsPerThread x P maps rather than one per map.
+template <class Acc, int D, int MapsPerThread = 1, class Member, class MapAt, class StateAt, class StatusAt,
+          class HandOn>
 KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const FusedThread& me, const FusedPlan& plan,
                                                        Acc* look_back, bool folds, int at, int d, const Acc* fold,
                                                        const MapAt& map_at, const StateAt& state_at,
@@ -170,9 +172,13 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
     for (int i = 0; i < d; ++i) entering[i] = Acc(0);
     if (known >= 0) read_published_values(state_at(known), D, entering);
   }
-  for (int k0 = known + 1; k0 < at; k0 += plan.team_chunks) {
-    const int loaded = Kokkos::min(plan.team_chunks, at - k0);
-    if (me.live && me.p < loaded) read_published_values(map_at(k0 + me.p), MapSize, slot_of(me.p));
+  const int per_round = MapsPerThread * plan.team_chunks;
+  for (int k0 = known + 1; k0 < at; k0 += per_round) {
+    const int loaded = Kokkos::min(per_round, at - k0);
+    for (int j = 0; j < MapsPerThread; ++j) {
+      const int q = me.p + j * plan.team_chunks;
+      if (me.live && q < loaded) read_published_values(map_at(k0 + q), MapSize, slot_of(q));
+    }
     team.team_barrier();
     if (folds)
       for (int q = 0; q < loaded; ++q) {
@@ -190,10 +196,10 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const
 }
 
 // The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
-// a map per thread, [P][lanes][MapSize], after the fused kernel's.
-template <int D>
+// MapsPerThread maps per thread, [MapsPerThread x P][lanes][MapSize], after the fused kernel's.
+template <int D, int MapsPerThread = 1>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t look_back_scratch_values(const FusedPlan& plan) {
-  return std::size_t(plan.lanes) * plan.team_chunks * map_size<D>;
+  return std::size_t(plan.lanes) * MapsPerThread * plan.team_chunks * map_size<D>;
 }
 
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and

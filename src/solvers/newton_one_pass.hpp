@@ -46,7 +46,7 @@ namespace paraseq::detail {
 
 // The one-pass mode's chain for one team (window, batch element, tile): what it publishes and
 // looks back at, in the workspace of one_pass_newton.
-template <class Acc, int D>
+template <class Acc, int D, int LookBackMaps = 1>
 struct OnePassChain {
   static constexpr bool needs_window_map = true;
   static constexpr bool carries_iterate = true;
@@ -105,7 +105,7 @@ struct OnePassChain {
       for (int i = 0; i < MapSize; ++i) fold[i] = map_of(0)[i];
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
-    exchange_through_look_back<Acc, D>(
+    exchange_through_look_back<Acc, D, LookBackMaps>(
         team, me, plan, look_back, folds, window, d, fold,
         [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
         [&](int w) { return deltas + values_at(iteration, w, me, D); },
@@ -123,13 +123,14 @@ struct OnePassChain {
 
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
 // with FusedNewton's machinery and OnePassChain. LaunchBounds: a Kokkos::LaunchBounds to compile it
-// with, or void (fused_launch_bounds).
+// with, or void (fused_launch_bounds); LookBackMaps: the maps each thread loads per round of a
+// look-back (exchange_through_look_back's MapsPerThread).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          class LaunchBounds = void>
+          class LaunchBounds = void, int LookBackMaps = 1>
 struct OnePassNewton {
   using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
-  using chain_type = OnePassChain<Acc, core_type::D>;
+  using chain_type = OnePassChain<Acc, core_type::D, LookBackMaps>;
   using launch_bounds = LaunchBounds;
 
   core_type core;
@@ -141,7 +142,7 @@ struct OnePassNewton {
 
   // The fused kernel's team scratch, then the look-back's.
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    return core.scratch_count() + look_back_scratch_values<core_type::D>(plan);
+    return core.scratch_count() + look_back_scratch_values<core_type::D, LookBackMaps>(plan);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
@@ -180,18 +181,19 @@ struct LibraryLaunchBounds {};
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
-// LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds.
+// LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
+// LookBackMaps: the maps each thread loads per round of a look-back (1: the library's kernels).
 // perf_tests/bench_newton.cpp builds others to measure the trade-offs of registers against windows
 // and against resident teams.
-template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds, class ExecSpace, class Cell,
-          class UView, class HView, class H0View>
+template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds, int LookBackMaps = 1,
+          class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return;
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds>;
+  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackMaps>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

@@ -3,12 +3,15 @@
 
     report.py REPORT.json [--plots DIR]
 
-Prints the machine line, every result with its percentage of the same run's copy ceiling, and the
-ratio of the automatic plan to the forced sequential loop wherever both were measured.
+Prints the machine line, every result with its percentage of the same run's copy ceiling, the
+ratio of the automatic plan to the forced sequential loop wherever both were measured, and the
+Newton benchmarks' automatic mode against the fastest mode forced at the same shape (docs/performance.md's
+target: within 10%).
 """
 
 import argparse
 import json
+import re
 
 
 def machine_line(report):
@@ -56,6 +59,31 @@ def plan_ratio_table(report):
     return "\n".join(lines)
 
 
+# paraseq::NewtonMode's values, as the benchmarks' `mode` argument takes them.
+NEWTON_MODES = {0: "automatic", 1: "newton", 2: "fused", 3: "sequential", 4: "one_pass"}
+AUTOMATIC_WITHIN = 1.10
+
+
+def mode_choice_table(report):
+    """Each Newton benchmark's automatic mode (mode:0) against the fastest mode forced at the same shape."""
+    shapes = {}
+    for r in report["results"]:
+        match = re.fullmatch(r"(.*)/mode:(\d+)", r["name"].replace("/manual_time", ""))
+        if match:
+            shapes.setdefault(match.group(1), {})[int(match.group(2))] = r["seconds"]
+    lines = ["| benchmark | automatic | fastest forced mode | automatic / fastest |", "| --- | ---: | --- | ---: |"]
+    for shape, modes in shapes.items():
+        forced = {mode: seconds for mode, seconds in modes.items() if mode != 0}
+        if 0 not in modes or not forced:
+            continue
+        fastest = min(forced, key=forced.get)
+        ratio = modes[0] / forced[fastest]
+        verdict = "" if ratio <= AUTOMATIC_WITHIN else f" (over {AUTOMATIC_WITHIN:.2f}x)"
+        lines.append(f"| `{shape}` | {modes[0] * 1e3:.3f} ms | {NEWTON_MODES.get(fastest, fastest)}, "
+                     f"{forced[fastest] * 1e3:.3f} ms | {ratio:.2f}x{verdict} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report")
@@ -66,6 +94,8 @@ def main():
     print(results_table(report))
     print()
     print(plan_ratio_table(report))
+    print()
+    print(mode_choice_table(report))
 
 
 if __name__ == "__main__":

@@ -52,8 +52,9 @@ PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds,
 // The one-pass adjoint alone at the converged trajectory, with P threads per lane: the library's
 // kernel (on devices 3 teams of at most 256 threads per SM, 80 registers:
 // one_pass_adjoint_launch_bounds) against the same kernel compiled without launch bounds (2 teams at
-// its 90 registers) and for 4 teams (64 registers). Bytes: u, h and g read and du written once.
-template <class LaunchBounds>
+// its 90 registers) and for 4 teams (64 registers), and loading 4 maps per thread and round of a
+// look-back (LookBackMaps, as the forward above). Bytes: u, h and g read and du written once.
+template <class LaunchBounds, int LookBackMaps = 1>
 void one_pass_adjoint_with_bounds(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -72,7 +73,8 @@ void one_pass_adjoint_with_bounds(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 32 * elements, backward_flops_per_element * elements, [&](const Space& on) {
-    paraseq::detail::one_pass_adjoint<float, LaunchBounds>(on, cell, u, h, no_h0, g_in, du_out, no_dh0, config, shape);
+    paraseq::detail::one_pass_adjoint<float, LaunchBounds, LookBackMaps>(on, cell, u, h, no_h0, g_in, du_out, no_dh0,
+                                                                        config, shape);
   });
 }
 PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
@@ -81,6 +83,9 @@ PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBou
 PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoint/bounds:none")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 4>>))
     ->Name("gru_one_pass_adjoint/teams:4")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 4>))
+    ->Name("gru_one_pass_adjoint/look_back_maps:4")
     ->Apply(one_pass_chunk_shapes);
 
 } // namespace

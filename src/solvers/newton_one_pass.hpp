@@ -183,8 +183,8 @@ struct LibraryLaunchBounds {};
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
 // LookBackMaps: the maps each thread loads per round of a look-back (1: the library's kernels).
-// perf_tests/bench_newton.cpp builds others to measure the trade-offs of registers against windows
-// and against resident teams.
+// perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
+// windows and against resident teams.
 template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds, int LookBackMaps = 1,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,

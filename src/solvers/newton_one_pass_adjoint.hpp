@@ -36,7 +36,7 @@ namespace paraseq::detail {
 
 // The one-pass adjoint's chain for one team (window, batch element, tile). Windows are numbered in
 // the order the adjoint runs them: order 0 is the sequence's last window.
-template <class Acc, int D>
+template <class Acc, int D, int LookBackMaps = 1>
 struct OnePassAdjointChain {
   static constexpr bool needs_window_map = true;
   static constexpr int MapSize = map_size<D>;
@@ -65,7 +65,7 @@ struct OnePassAdjointChain {
       for (int q = active - 2; q >= 0; --q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
     // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
-    exchange_through_look_back<Acc, D>(
+    exchange_through_look_back<Acc, D, LookBackMaps>(
         team, me, plan, look_back, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
         [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
         [&](const Acc* entering) {
@@ -79,14 +79,15 @@ struct OnePassAdjointChain {
 // The kernel: a team per (window, batch element, tile), in ticket order from the last window, each
 // running its window with FusedAdjoint's machinery and OnePassAdjointChain, then writing its
 // window's parameter row. LaunchBounds: a Kokkos::LaunchBounds to compile it with, or void
-// (fused_launch_bounds).
+// (fused_launch_bounds); LookBackMaps: the maps each thread loads per round of a look-back
+// (exchange_through_look_back's MapsPerThread).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
-          class DH0View, class LaunchBounds = void>
+          class DH0View, class LaunchBounds = void, int LookBackMaps = 1>
 struct OnePassAdjoint {
   using partial_view = Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   using core_type = FusedAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
   using member_type = typename core_type::member_type;
-  using chain_type = OnePassAdjointChain<Acc, core_type::D>;
+  using chain_type = OnePassAdjointChain<Acc, core_type::D, LookBackMaps>;
   using launch_bounds = LaunchBounds;
   static constexpr int MapSize = core_type::MapSize;
 
@@ -99,7 +100,7 @@ struct OnePassAdjoint {
 
   // The fused adjoint's team scratch, then the look-back's.
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    return core.scratch_count() + look_back_scratch_values<core_type::D>(plan);
+    return core.scratch_count() + look_back_scratch_values<core_type::D, LookBackMaps>(plan);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
@@ -152,17 +153,19 @@ using one_pass_adjoint_launch_bounds =
 
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
 // [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the
-// library's kernels), void (none) or a Kokkos::LaunchBounds; perf_tests/bench_newton.cpp builds
-// the others.
-template <class Acc, class LaunchBounds = LibraryLaunchBounds, class ExecSpace, class Cell, class UView, class HView,
-          class H0View, class GView, class DUView, class DH0View>
+// library's kernels), void (none) or a Kokkos::LaunchBounds; LookBackMaps: the maps each thread
+// loads per round of a look-back (1: the library's kernels); perf_tests/bench_newton_kernels.cpp
+// builds the others.
+template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackMaps = 1, class ExecSpace, class Cell,
+          class UView, class HView, class H0View, class GView, class DUView, class DH0View>
 Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>
 one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                  const GView& g, const DUView& du, const DH0View& dh0, const NewtonConfig& config,
                  const ScanShape& shape) {
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_adjoint_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
-  using functor_type = OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds>;
+  using functor_type =
+      OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds, LookBackMaps>;
   using partial_view = typename functor_type::partial_view;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize;

@@ -1,0 +1,177 @@
+// The one-pass kernels' look-back loading several maps per thread and round
+// (exchange_through_look_back's MapsPerThread, one_pass_newton's and one_pass_adjoint's LookBackMaps;
+// 1 in the library's kernels): the maps between a window and the state it found are still applied
+// one by one in window order, so h, dL/du, dL/dh0 and the parameter rows are bitwise those of one
+// map per thread, on every enabled space, over 65 windows of 16 steps (several threads per window
+// where the space allows). On GPUs the look-backs cross many windows; with a few host threads,
+// mostly one or two, so the exchange itself is also checked with look-backs across 0 to 70 entries
+// set up in memory: the state it hands on and publishes against the float64 loop over the maps in
+// between (1e-14), and bitwise between 1 and 4 maps per thread and round.
+
+#include <paraseq/solvers/cells.hpp>
+#include <paraseq/solvers/newton.hpp>
+#include <paraseq/solvers/newton_backward.hpp>
+
+#include "newton_test_problems.hpp"
+#include "test_support.hpp"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace paraseq;
+using namespace paraseq::test;
+using paraseq::detail::LibraryLaunchBounds;
+using paraseq::detail::newton_shape;
+using paraseq::detail::one_pass_adjoint;
+using paraseq::detail::one_pass_newton;
+
+template <class Space>
+std::vector<NewtonConfig> look_back_configs() {
+  std::vector<NewtonConfig> configs{with_mode(NewtonMode::one_pass, {}, 16)};
+  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
+    configs.push_back(configs.back());
+    configs.back().fused_team_threads = threads;
+  }
+  for (NewtonConfig& config : configs) config.max_iters = 3;
+  return configs;
+}
+
+template <class Space>
+class OnePassLookBack : public ::testing::Test {};
+TYPED_TEST_SUITE(OnePassLookBack, ExecutionSpaces, SpaceName);
+
+TYPED_TEST(OnePassLookBack, FourMapsPerThreadGiveTheSameBits) {
+  using Space = TypeParam;
+  const int B = 2, T = 64 * 16 + 7, H = 33;
+  GruProblem<float, Space> problem(B, T, H, 0.5, 111, 1.5);
+  const auto cell = problem.cell();
+  const ScanShape shape = newton_shape(cell, problem.u);
+  View3<float, Space> h_one("h_one", B, T, H), h_four("h_four", B, T, H), g("g", B, T, H);
+  View3<float, Space> du_one("du_one", B, T, 3 * H), du_four("du_four", B, T, 3 * H);
+  View2<float, Space> h0("h0", B, H), dh0_one("dh0_one", B, H), dh0_four("dh0_four", B, H);
+  fill_uniform(h0, -0.5, 0.5, 112);
+  fill_uniform(g, -1, 1, 113);
+  for (const NewtonConfig& config : look_back_configs<Space>()) {
+    SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads));
+    Kokkos::deep_copy(h_four, NAN);
+    one_pass_newton<float, 0, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, config, shape);
+    one_pass_newton<float, 0, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_four, h0, config, shape);
+    EXPECT_TRUE(bitwise_equal(h_one, h_four));
+    Kokkos::deep_copy(du_four, NAN);
+    Kokkos::deep_copy(dh0_four, NAN);
+    const auto rows_one = one_pass_adjoint<float, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, g,
+                                                                          du_one, dh0_one, config, shape);
+    const auto rows_four = one_pass_adjoint<float, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_one, h0, g,
+                                                                           du_four, dh0_four, config, shape);
+    EXPECT_TRUE(bitwise_equal(du_one, du_four));
+    EXPECT_TRUE(bitwise_equal(dh0_one, dh0_four));
+    EXPECT_TRUE(bitwise_equal(rows_one, rows_four));
+  }
+}
+
+// One team runs the exchange of entry `at` over entries set up in memory: maps [entries][lanes][map],
+// states [entries][lanes][D], statuses [entries]; `entering` receives what each lane's folding thread
+// hands on.
+template <class Space, int D, int LookBackMaps>
+struct LookBackExchange {
+  using member_type = typename Kokkos::TeamPolicy<Space>::member_type;
+  using scratch_view = Kokkos::View<double*, typename Space::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  Kokkos::View<double***, Kokkos::LayoutRight, Space> maps, states;
+  Kokkos::View<int*, Space> statuses;
+  Kokkos::View<double**, Kokkos::LayoutRight, Space> entering;
+  paraseq::detail::FusedPlan plan;
+  int at, d;
+
+  KOKKOS_FUNCTION std::size_t scratch_values() const {
+    return paraseq::detail::look_back_scratch_values<D, LookBackMaps>(plan);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int lane = team.team_rank() % plan.lanes;
+    const paraseq::detail::FusedThread me{lane, team.team_rank() / plan.lanes, 0, lane, true};
+    double* look_back = scratch_view(team.team_scratch(0), scratch_values()).data();
+    double fold[paraseq::detail::map_size<D>];
+    for (int i = 0; i < paraseq::detail::map_size<D>; ++i) fold[i] = maps(at, lane, i);
+    paraseq::detail::exchange_through_look_back<double, D, LookBackMaps>(
+        team, me, plan, look_back, me.p == 0, at, d, fold, [&](int k) { return &maps(k, lane, 0); },
+        [&](int k) { return &states(k, lane, 0); }, [&](int k) { return &statuses(k); },
+        [&](const double* in) {
+          for (int i = 0; i < d; ++i) entering(lane, i) = in[i];
+        });
+  }
+};
+
+// Entry `stop` has published its leaving state (status 2), every other entry before `at` its map
+// (status 1); returns the states entry `at` hands on and publishes, [lanes][d] each.
+template <class Space, int D, int LookBackMaps>
+std::pair<Host2, Host2> run_exchange(const Host3& maps, const Host3& states, int stop, int at, int d, int lanes,
+                                     int threads_per_lane) {
+  using functor_type = LookBackExchange<Space, D, LookBackMaps>;
+  functor_type exchange{Kokkos::create_mirror_view_and_copy(Space{}, maps),
+                        Kokkos::create_mirror_view_and_copy(Space{}, states),
+                        Kokkos::View<int*, Space>("statuses", at + 1),
+                        Kokkos::View<double**, Kokkos::LayoutRight, Space>("entering", lanes, D),
+                        {lanes, threads_per_lane, 1, threads_per_lane},
+                        at,
+                        d};
+  auto statuses = Kokkos::create_mirror_view(exchange.statuses);
+  for (int k = 0; k < at; ++k) statuses(k) = k == stop ? 2 : 1;
+  statuses(at) = 0;
+  Kokkos::deep_copy(exchange.statuses, statuses);
+  Kokkos::TeamPolicy<Space> policy(Space{}, 1, lanes * threads_per_lane);
+  policy.set_scratch_size(0, Kokkos::PerTeam(functor_type::scratch_view::shmem_size(exchange.scratch_values())));
+  Kokkos::parallel_for("look_back_exchange", policy, exchange);
+  Space{}.fence();
+  Host2 published("published", lanes, D);
+  const auto leaving = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, exchange.states);
+  for (int lane = 0; lane < lanes; ++lane)
+    for (int i = 0; i < d; ++i) published(lane, i) = leaving(at, lane, i);
+  const auto handed_on = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, exchange.entering);
+  Host2 entering("entering", lanes, D);
+  Kokkos::deep_copy(entering, handed_on);
+  return {entering, published};
+}
+
+TYPED_TEST(OnePassLookBack, ExchangeAppliesTheMapsBetweenInOrder) {
+  using Space = TypeParam;
+  constexpr int D = 2;
+  const int d = 2, stop = 3;
+  const int most = std::min(24, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
+                                    LookBackExchange<Space, D, 4>{}, Kokkos::ParallelForTag{}));
+  const int lanes = most >= 6 ? 3 : 1, threads_per_lane = std::max(1, std::min(8, most / lanes));
+  for (int between : {0, 1, 2, 5, 8, 9, 31, 32, 33, 40, 70}) {
+    SCOPED_TRACE("maps between=" + std::to_string(between));
+    const int at = stop + between + 1;
+    Host3 maps("maps", at + 1, lanes, paraseq::detail::map_size<D>), states("states", at + 1, lanes, D);
+    fill_uniform(maps, -0.4, 0.4, 200 + between); // contractions: the states stay of order 1
+    fill_uniform(states, -1, 1, 300 + between);
+    Host2 expected_entering("expected_entering", lanes, D), expected_published("expected_published", lanes, D);
+    for (int lane = 0; lane < lanes; ++lane) {
+      double state[D] = {states(stop, lane, 0), states(stop, lane, 1)}, next[D];
+      for (int k = stop + 1; k <= at; ++k) {
+        if (k == at)
+          for (int i = 0; i < d; ++i) expected_entering(lane, i) = state[i];
+        for (int i = 0; i < d; ++i) {
+          next[i] = maps(k, lane, D * D + i);
+          for (int j = 0; j < d; ++j) next[i] += maps(k, lane, j * D + i) * state[j];
+        }
+        for (int i = 0; i < d; ++i) state[i] = next[i];
+      }
+      for (int i = 0; i < d; ++i) expected_published(lane, i) = state[i];
+    }
+    const auto [entering_one, published_one] = run_exchange<Space, D, 1>(maps, states, stop, at, d, lanes,
+                                                                          threads_per_lane);
+    const auto [entering_four, published_four] = run_exchange<Space, D, 4>(maps, states, stop, at, d, lanes,
+                                                                            threads_per_lane);
+    EXPECT_LE(max_relative_error(entering_one, expected_entering), 1e-14);
+    EXPECT_LE(max_relative_error(published_one, expected_published), 1e-14);
+    EXPECT_TRUE(bitwise_equal(entering_one, entering_four));
+    EXPECT_TRUE(bitwise_equal(published_one, published_four));
+  }
+}
+
+} // namespace

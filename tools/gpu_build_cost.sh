@@ -42,8 +42,10 @@
 # comparisons, and then, unless PARASEQ_BENCH=0 and PARASEQ_NCU=0, the benchmark binary beside
 # test_cuda.py (its build time is not measured), with the unit-test executables that
 # PARASEQ_UNIT_TESTS names (e.g. "paraseq_solvers_tests paraseq_workspace_tests"), whose CUDA tests
-# then run (unit-tests.log; also with PARASEQ_BENCH_ONLY=1). PARASEQ_BENCH_FILTER replaces the target
-# benchmarks' filter (a regular expression of benchmark names).
+# then run (unit-tests.log; also with PARASEQ_BENCH_ONLY=1; PARASEQ_UNIT_TESTS_FILTER, a GoogleTest
+# filter, picks among them: '*Cuda*' by default; a typed suite's CUDA tests are named
+# SUITE/Cuda.TEST, e.g. 'NewtonOnePass/Cuda.*:OnePassLookBack/Cuda.*'). PARASEQ_BENCH_FILTER
+# replaces the target benchmarks' filter (a regular expression of benchmark names).
 # PARASEQ_BENCH_ONLY=1 builds the benchmark binary alone (with the library, not the operators) as
 # the first phase and nothing else: a lease for the target benchmarks' speed (set
 # PARASEQ_PYTEST_CUDA_SECONDS=0, PARASEQ_COMPARE_SECTIONS='' and PARASEQ_EXTENSION_COMPILE=0 with it).
@@ -177,7 +179,8 @@ fi
 # PARASEQ_UNIT_TESTS (built beside the benchmarks or after them), as unit-tests.log.
 if [[ ${PARASEQ_OPERATORS_ONLY:-0} == 1 || ${PARASEQ_BENCH_ONLY:-0} == 1 ]]; then
   for executable in ${PARASEQ_UNIT_TESTS:-}; do
-    timeout 600 "$build/unit_tests/$executable" --gtest_filter='*Cuda*' --gtest_brief=1 >>"$out/unit-tests.log" 2>&1 ||
+    timeout 600 "$build/unit_tests/$executable" --gtest_filter="${PARASEQ_UNIT_TESTS_FILTER:-*Cuda*}" --gtest_brief=1 \
+      >>"$out/unit-tests.log" 2>&1 ||
       echo "$executable: exit status $?" >>"$out/unit-tests.log"
   done
 fi

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace paraseq::test {
 
@@ -122,6 +123,20 @@ int shared_window_threads() {
   const int most = policy_t(Space{}, 1, 1).team_size_max(KOKKOS_LAMBDA(const typename policy_t::member_type&){},
                                                          Kokkos::ParallelForTag{});
   return std::min(5, most);
+}
+
+// The one-pass mode with 16-step windows and K iterations: one thread per window, and the window
+// shared by several threads where the space allows it (their maps composed into the window's).
+inline constexpr int one_pass_window_steps = 16;
+template <class Space>
+std::vector<NewtonConfig> one_pass_configs(int iterations) {
+  std::vector<NewtonConfig> configs{with_mode(NewtonMode::one_pass, {}, one_pass_window_steps)};
+  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
+    configs.push_back(configs.back());
+    configs.back().fused_team_threads = threads;
+  }
+  for (NewtonConfig& config : configs) config.max_iters = iterations;
+  return configs;
 }
 
 } // namespace paraseq::test

@@ -126,14 +126,10 @@ TYPED_TEST(Newton, GruMatchesSequentialLoopInFloat) {
   GruProblem<float, Space> problem(2, T_steps, 8, 0.5, 5, 1.5);
   const Host3 reference = problem.reference();
   View3<float, Space> h("h", 2, T_steps, 8);
-  std::vector<NewtonConfig> configs = forward_configs<Space>();
-  configs.push_back(with_mode(NewtonMode::one_pass, {}, 16));
-  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
-    configs.push_back(configs.back());
-    configs.back().fused_team_threads = threads;
-  }
+  std::vector<NewtonConfig> configs = forward_configs<Space>(3);
+  for (const NewtonConfig& config : one_pass_configs<Space>(3)) configs.push_back(config);
   configs.push_back(with_mode(NewtonMode::one_pass));
-  for (NewtonConfig& config : configs) config.max_iters = 3;
+  configs.back().max_iters = 3;
   for (const NewtonConfig& config : configs) {
     SCOPED_TRACE(describe(config));
     Kokkos::deep_copy(h, NAN); // a mode that wrote nothing fails
@@ -413,52 +409,46 @@ GruReverse gru_reverse_mode(const Host2& a, const Host3& u, const Host3& g) {
   return out;
 }
 
-TYPED_TEST(Newton, GruGradientsMatchReverseModeOnLargerProblems) {
-  using Space = TypeParam;
-  const int B = 3, T_steps = 5000, H = 6;
-  GruProblem<double, Space> problem(B, T_steps, H, 0.5, 61);
-  View3<double, Space> h("h", B, T_steps, H), g("g", B, T_steps, H), du("du", B, T_steps, 3 * H);
-  View2<double, Space> dh0("dh0", B, H);
-  View1<double, Space> da("da", 3 * H);
-  fill_uniform(g, -1, 1, 62);
+// ParaGRU's gradients of <g, h> (g uniform in [-1, 1] from `g_seed`) under every config, at the
+// newton mode's solve, against the float64 reverse-mode loop: at most `bound` of the largest
+// gradient. The outputs are NaN-filled before each config, so a mode that writes nothing fails.
+template <class T, class Space>
+void expect_gru_gradients_match_reverse_mode(const GruProblem<T, Space>& problem, unsigned g_seed,
+                                             const std::vector<NewtonConfig>& configs, double bound) {
+  const int B = int(problem.u.extent(0)), T_steps = int(problem.u.extent(1)), H = int(problem.a.extent(1));
+  View3<T, Space> h("h", B, T_steps, H), g("g", B, T_steps, H), du("du", B, T_steps, 3 * H);
+  View2<T, Space> dh0("dh0", B, H);
+  View1<T, Space> da("da", 3 * H);
+  fill_uniform(g, -1, 1, g_seed);
   const GruReverse reference = gru_reverse_mode(as_double2(problem.a), as_double3(problem.u), as_double3(g));
   newton_solve(Space{}, problem.cell(), problem.u, h, with_mode(NewtonMode::newton));
-  for (const NewtonConfig& backward : backward_configs<Space>()) {
-    SCOPED_TRACE(describe(backward));
-    newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, backward);
-    EXPECT_LE(max_relative_error(du, reference.du), 1e-10);
-    EXPECT_LE(max_relative_error(da, reference.da), 1e-10);
-    EXPECT_LE(max_relative_error(dh0, reference.dh0), 1e-10);
-  }
-}
-
-// In float, every way the backward runs and the one-pass adjoint with the space's own plan (on GPUs
-// the kernel of one_pass_adjoint_launch_bounds, whose other tests run in double), at the float
-// solve's h, against the float64 reverse-mode loop: 1e-5 of the largest gradient (with OpenMP the
-// modes reach 1e-7 .. 2e-7 for du and dh0 and 1e-7 .. 1.2e-6 for the sums of da, 2026-12-07). The
-// outputs are NaN-filled first, so a mode that writes nothing fails.
-TYPED_TEST(Newton, GruGradientsInFloatMatchReverseMode) {
-  using Space = TypeParam;
-  const int B = 2, T_steps = 4096, H = 8;
-  GruProblem<float, Space> problem(B, T_steps, H, 0.5, 63, 1.5);
-  View3<float, Space> h("h", B, T_steps, H), g("g", B, T_steps, H), du("du", B, T_steps, 3 * H);
-  View2<float, Space> dh0("dh0", B, H);
-  View1<float, Space> da("da", 3 * H);
-  fill_uniform(g, -1, 1, 64);
-  const GruReverse reference = gru_reverse_mode(as_double2(problem.a), as_double3(problem.u), as_double3(g));
-  newton_solve(Space{}, problem.cell(), problem.u, h, with_mode(NewtonMode::newton));
-  std::vector<NewtonConfig> configs = backward_configs<Space>();
-  configs.push_back(with_mode(NewtonMode::one_pass));
   for (const NewtonConfig& backward : configs) {
     SCOPED_TRACE(describe(backward));
     Kokkos::deep_copy(du, NAN);
     Kokkos::deep_copy(da, NAN);
     Kokkos::deep_copy(dh0, NAN);
     newton_backward(Space{}, problem.cell(), problem.u, h, g, du, da, ZeroInitialState{}, dh0, backward);
-    EXPECT_LE(max_relative_error(du, reference.du), 1e-5);
-    EXPECT_LE(max_relative_error(da, reference.da), 1e-5);
-    EXPECT_LE(max_relative_error(dh0, reference.dh0), 1e-5);
+    EXPECT_LE(max_relative_error(du, reference.du), bound);
+    EXPECT_LE(max_relative_error(da, reference.da), bound);
+    EXPECT_LE(max_relative_error(dh0, reference.dh0), bound);
   }
+}
+
+TYPED_TEST(Newton, GruGradientsMatchReverseModeOnLargerProblems) {
+  using Space = TypeParam;
+  expect_gru_gradients_match_reverse_mode(GruProblem<double, Space>(3, 5000, 6, 0.5, 61), 62,
+                                          backward_configs<Space>(), 1e-10);
+}
+
+// In float, every way the backward runs and the one-pass adjoint with the space's own plan (on GPUs
+// the kernel of one_pass_adjoint_launch_bounds, whose other tests run in double), at the float
+// solve's h: 1e-5 of the largest gradient (with OpenMP the modes reach 1e-7 .. 2e-7 for du and dh0
+// and 1e-7 .. 1.2e-6 for the sums of da, 2026-12-07).
+TYPED_TEST(Newton, GruGradientsInFloatMatchReverseMode) {
+  using Space = TypeParam;
+  std::vector<NewtonConfig> configs = backward_configs<Space>();
+  configs.push_back(with_mode(NewtonMode::one_pass));
+  expect_gru_gradients_match_reverse_mode(GruProblem<float, Space>(2, 4096, 8, 0.5, 63, 1.5), 64, configs, 1e-5);
 }
 
 // ---- input projection ---------------------------------------------------------------------------

@@ -23,22 +23,9 @@ namespace {
 using namespace paraseq;
 using namespace paraseq::test;
 
-constexpr int window_steps = 16;
+constexpr int window_steps = one_pass_window_steps;
 // 37 windows and a ragged tail of 5 steps.
 constexpr int many_windows = 37 * window_steps + 5;
-
-// The one-pass mode with 16-step windows: one thread per window, and the window shared by several
-// threads where the space allows it (their maps composed into the window's).
-template <class Space>
-std::vector<NewtonConfig> one_pass_configs(int iterations) {
-  std::vector<NewtonConfig> configs{with_mode(NewtonMode::one_pass, {}, window_steps)};
-  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
-    configs.push_back(configs.back());
-    configs.back().fused_team_threads = threads;
-  }
-  for (NewtonConfig& config : configs) config.max_iters = iterations;
-  return configs;
-}
 
 std::string describe(const NewtonConfig& config) {
   return "K=" + std::to_string(config.max_iters) + " window=" + std::to_string(config.fused_window) +

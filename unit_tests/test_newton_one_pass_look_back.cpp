@@ -30,23 +30,12 @@ using paraseq::detail::one_pass_adjoint;
 using paraseq::detail::one_pass_newton;
 
 template <class Space>
-std::vector<NewtonConfig> look_back_configs() {
-  std::vector<NewtonConfig> configs{with_mode(NewtonMode::one_pass, {}, 16)};
-  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
-    configs.push_back(configs.back());
-    configs.back().fused_team_threads = threads;
-  }
-  for (NewtonConfig& config : configs) config.max_iters = 3;
-  return configs;
-}
-
-template <class Space>
 class OnePassLookBack : public ::testing::Test {};
 TYPED_TEST_SUITE(OnePassLookBack, ExecutionSpaces, SpaceName);
 
 TYPED_TEST(OnePassLookBack, FourMapsPerThreadGiveTheSameBits) {
   using Space = TypeParam;
-  const int B = 2, T = 64 * 16 + 7, H = 33;
+  const int B = 2, T = 64 * one_pass_window_steps + 7, H = 33;
   GruProblem<float, Space> problem(B, T, H, 0.5, 111, 1.5);
   const auto cell = problem.cell();
   const ScanShape shape = newton_shape(cell, problem.u);
@@ -55,7 +44,7 @@ TYPED_TEST(OnePassLookBack, FourMapsPerThreadGiveTheSameBits) {
   View2<float, Space> h0("h0", B, H), dh0_one("dh0_one", B, H), dh0_four("dh0_four", B, H);
   fill_uniform(h0, -0.5, 0.5, 112);
   fill_uniform(g, -1, 1, 113);
-  for (const NewtonConfig& config : look_back_configs<Space>()) {
+  for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
     SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads));
     Kokkos::deep_copy(h_four, NAN);
     one_pass_newton<float, 0, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, config, shape);

@@ -14,11 +14,11 @@ using namespace paraseq::bench::gru;
 // threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
 // bounds (2 teams at its registers): resident warps against spills (5 and 6 teams, at most 48 and
 // 40 registers, were slower than 4 at every shape on the H100: 0.654 and 0.858 against 0.558 ms at
-// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with each thread loading 4 maps
-// per round of a look-back instead of 1 (LookBackMaps): fewer rounds of memory latency for scratch
-// (2 maps per thread were measured between the two). The kernels run with P threads per lane
-// (windows of L x P steps).
-template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds, int LookBackMaps = 1>
+// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1 or
+// 8 earlier windows at once instead of the library's 4 (LookBackReadAhead): registers against rounds of memory
+// latency. The kernels run with P threads per lane (windows of L x P steps).
+template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
+          int LookBackReadAhead = paraseq::detail::library_look_back_read_ahead>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -32,8 +32,8 @@ void one_pass_with_chunks(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds, LookBackMaps>(space, cell, u, h, no_h0, config,
-                                                                                    shape);
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds, LookBackReadAhead>(space, cell, u, h, no_h0,
+                                                                                         config, shape);
   });
 }
 void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
@@ -45,16 +45,19 @@ void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 4>))
-    ->Name("gru_one_pass_chunks/L:8/look_back_maps:4")
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 1>))
+    ->Name("gru_one_pass_chunks/L:8/read_ahead:1")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 8>))
+    ->Name("gru_one_pass_chunks/L:8/read_ahead:8")
     ->Apply(one_pass_chunk_shapes);
 
 // The one-pass adjoint alone at the converged trajectory, with P threads per lane: the library's
 // kernel (on devices 3 teams of at most 256 threads per SM, 80 registers:
 // one_pass_adjoint_launch_bounds) against the same kernel compiled without launch bounds (2 teams at
-// its 90 registers) and for 4 teams (64 registers), and loading 4 maps per thread and round of a
-// look-back (LookBackMaps, as the forward above). Bytes: u, h and g read and du written once.
-template <class LaunchBounds, int LookBackMaps = 1>
+// its 90 registers) and for 4 teams (64 registers), and with look-backs reading 1 or 8 later windows
+// at once (LookBackReadAhead, as the forward above). Bytes: u, h and g read and du written once.
+template <class LaunchBounds, int LookBackReadAhead = paraseq::detail::library_look_back_read_ahead>
 void one_pass_adjoint_with_bounds(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -73,8 +76,8 @@ void one_pass_adjoint_with_bounds(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 32 * elements, backward_flops_per_element * elements, [&](const Space& on) {
-    paraseq::detail::one_pass_adjoint<float, LaunchBounds, LookBackMaps>(on, cell, u, h, no_h0, g_in, du_out, no_dh0,
-                                                                        config, shape);
+    paraseq::detail::one_pass_adjoint<float, LaunchBounds, LookBackReadAhead>(on, cell, u, h, no_h0, g_in, du_out,
+                                                                             no_dh0, config, shape);
   });
 }
 PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
@@ -84,8 +87,11 @@ PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoin
 PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 4>>))
     ->Name("gru_one_pass_adjoint/teams:4")
     ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 4>))
-    ->Name("gru_one_pass_adjoint/look_back_maps:4")
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 1>))
+    ->Name("gru_one_pass_adjoint/read_ahead:1")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 8>))
+    ->Name("gru_one_pass_adjoint/read_ahead:8")
     ->Apply(one_pass_chunk_shapes);
 
 } // namespace

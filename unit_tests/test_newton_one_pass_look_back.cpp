@@ -1,12 +1,13 @@
-// The one-pass kernels' look-back loading several maps per thread and round
-// (exchange_through_look_back's MapsPerThread, one_pass_newton's and one_pass_adjoint's LookBackMaps;
-// 1 in the library's kernels): the maps between a window and the state it found are still applied
-// one by one in window order, so h, dL/du, dL/dh0 and the parameter rows are bitwise those of one
-// map per thread, on every enabled space, over 65 windows of 16 steps (several threads per window
-// where the space allows). On GPUs the look-backs cross many windows; with a few host threads,
-// mostly one or two, so the exchange itself is also checked with look-backs across 0 to 70 entries
-// set up in memory: the state it hands on and publishes against the float64 loop over the maps in
-// between (1e-14), and bitwise between 1 and 4 maps per thread and round.
+// The one-pass kernels' look-back (exchange_through_look_back of newton_fused.hpp) reading several
+// windows at once (one_pass_newton's and one_pass_adjoint's LookBackReadAhead; 4 in the library's
+// kernels): the maps between a window and the state it found are still applied one by one in
+// window order, so h, dL/du, dL/dh0 and the parameter rows are bitwise those of a look-back that
+// reads one window at a time, on every enabled space, over 65 windows of 16 steps (several threads
+// per window where the space allows). On GPUs the look-backs cross many windows; with a few host
+// threads, mostly one or two, so the exchange itself is also checked with look-backs across 0 to 70
+// entries set up in memory, with stale states (an earlier call's tag) in between: the state it
+// hands on and publishes against the float64 loop over the maps in between (1e-14), and bitwise
+// between reading 1 and 4 entries at once.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -16,6 +17,7 @@
 #include "test_support.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +35,7 @@ template <class Space>
 class OnePassLookBack : public ::testing::Test {};
 TYPED_TEST_SUITE(OnePassLookBack, ExecutionSpaces, SpaceName);
 
-TYPED_TEST(OnePassLookBack, FourMapsPerThreadGiveTheSameBits) {
+TYPED_TEST(OnePassLookBack, ReadingAheadGivesTheSameBits) {
   using Space = TypeParam;
   const int B = 2, T = 64 * one_pass_window_steps + 7, H = 33;
   GruProblem<float, Space> problem(B, T, H, 0.5, 111, 1.5);
@@ -48,77 +50,78 @@ TYPED_TEST(OnePassLookBack, FourMapsPerThreadGiveTheSameBits) {
     SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads));
     Kokkos::deep_copy(h_four, NAN);
     one_pass_newton<float, 0, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, config, shape);
-    one_pass_newton<float, 0, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_four, h0, config, shape);
+    one_pass_newton<float>(Space{}, cell, problem.u, h_four, h0, config, shape);
     EXPECT_TRUE(bitwise_equal(h_one, h_four));
     Kokkos::deep_copy(du_four, NAN);
     Kokkos::deep_copy(dh0_four, NAN);
     const auto rows_one = one_pass_adjoint<float, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, g,
                                                                           du_one, dh0_one, config, shape);
-    const auto rows_four = one_pass_adjoint<float, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_one, h0, g,
-                                                                           du_four, dh0_four, config, shape);
+    const auto rows_four =
+        one_pass_adjoint<float>(Space{}, cell, problem.u, h_one, h0, g, du_four, dh0_four, config, shape);
     EXPECT_TRUE(bitwise_equal(du_one, du_four));
     EXPECT_TRUE(bitwise_equal(dh0_one, dh0_four));
     EXPECT_TRUE(bitwise_equal(rows_one, rows_four));
   }
 }
 
-// One team runs the exchange of entry `at` over entries set up in memory: maps [entries][lanes][map],
-// states [entries][lanes][D], statuses [entries]; `entering` receives what each lane's folding thread
-// hands on.
-template <class Space, int D, int LookBackMaps>
+// One team runs the exchange of entry `at` over tagged words set up in memory: maps
+// [entries][lanes][map x W], states [entries][lanes][D x W] (W words per value); `entering`
+// receives what each lane's folding thread hands on.
+template <class Space, int D, int ReadAhead>
 struct LookBackExchange {
   using member_type = typename Kokkos::TeamPolicy<Space>::member_type;
-  using scratch_view = Kokkos::View<double*, typename Space::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-  Kokkos::View<double***, Kokkos::LayoutRight, Space> maps, states;
-  Kokkos::View<int*, Space> statuses;
+  static constexpr int W = paraseq::detail::words_per_value<double>;
+  Kokkos::View<std::uint64_t***, Kokkos::LayoutRight, Space> maps, states;
   Kokkos::View<double**, Kokkos::LayoutRight, Space> entering;
-  paraseq::detail::FusedPlan plan;
-  int at, d;
-
-  KOKKOS_FUNCTION std::size_t scratch_values() const {
-    return paraseq::detail::look_back_scratch_values<D, LookBackMaps>(plan);
-  }
+  int lanes, at, d;
+  std::uint32_t tag;
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    const int lane = team.team_rank() % plan.lanes;
-    const paraseq::detail::FusedThread me{lane, team.team_rank() / plan.lanes, 0, lane, true};
-    double* look_back = scratch_view(team.team_scratch(0), scratch_values()).data();
+    const int lane = team.team_rank() % lanes;
     double fold[paraseq::detail::map_size<D>];
-    for (int i = 0; i < paraseq::detail::map_size<D>; ++i) fold[i] = maps(at, lane, i);
-    paraseq::detail::exchange_through_look_back<double, D, LookBackMaps>(
-        team, me, plan, look_back, me.p == 0, at, d, fold, [&](int k) { return &maps(k, lane, 0); },
-        [&](int k) { return &states(k, lane, 0); }, [&](int k) { return &statuses(k); },
+    paraseq::detail::read_tagged<double, paraseq::detail::map_size<D>>(&maps(at, lane, 0), tag, fold);
+    paraseq::detail::exchange_through_look_back<double, D, ReadAhead>(
+        team, team.team_rank() < lanes, at, d, tag, fold, [&](int k) { return &maps(k, lane, 0); },
+        [&](int k) { return &states(k, lane, 0); },
         [&](const double* in) {
           for (int i = 0; i < d; ++i) entering(lane, i) = in[i];
         });
   }
 };
 
-// Entry `stop` has published its leaving state (status 2), every other entry before `at` its map
-// (status 1); returns the states entry `at` hands on and publishes, [lanes][d] each.
-template <class Space, int D, int LookBackMaps>
+// Entry `stop` has published its leaving state and every entry after it its map, with `tag`; the
+// entries between hold stale states (the previous call's tag, values 1e30) and the entries before
+// `stop` nothing. Returns the states entry `at` hands on and publishes, [lanes][d] each.
+template <class Space, int D, int ReadAhead>
 std::pair<Host2, Host2> run_exchange(const Host3& maps, const Host3& states, int stop, int at, int d, int lanes,
                                      int threads_per_lane) {
-  using functor_type = LookBackExchange<Space, D, LookBackMaps>;
-  functor_type exchange{Kokkos::create_mirror_view_and_copy(Space{}, maps),
-                        Kokkos::create_mirror_view_and_copy(Space{}, states),
-                        Kokkos::View<int*, Space>("statuses", at + 1),
-                        Kokkos::View<double**, Kokkos::LayoutRight, Space>("entering", lanes, D),
-                        {lanes, threads_per_lane, 1, threads_per_lane},
-                        at,
-                        d};
-  auto statuses = Kokkos::create_mirror_view(exchange.statuses);
-  for (int k = 0; k < at; ++k) statuses(k) = k == stop ? 2 : 1;
-  statuses(at) = 0;
-  Kokkos::deep_copy(exchange.statuses, statuses);
-  Kokkos::TeamPolicy<Space> policy(Space{}, 1, lanes * threads_per_lane);
-  policy.set_scratch_size(0, Kokkos::PerTeam(functor_type::scratch_view::shmem_size(exchange.scratch_values())));
-  Kokkos::parallel_for("look_back_exchange", policy, exchange);
+  using paraseq::detail::publish_tagged;
+  constexpr int MapSize = paraseq::detail::map_size<D>, W = paraseq::detail::words_per_value<double>;
+  const std::uint32_t tag = 7;
+  Kokkos::View<std::uint64_t***, Kokkos::LayoutRight, Kokkos::HostSpace> map_words("map_words", at + 1, lanes,
+                                                                                    MapSize * W),
+      state_words("state_words", at + 1, lanes, D * W);
+  const double stale[D] = {1e30, 1e30};
+  for (int lane = 0; lane < lanes; ++lane) {
+    publish_tagged(&state_words(stop, lane, 0), &states(stop, lane, 0), D, tag);
+    for (int k = stop + 1; k <= at; ++k) {
+      publish_tagged(&map_words(k, lane, 0), &maps(k, lane, 0), MapSize, tag);
+      if (k < at) publish_tagged(&state_words(k, lane, 0), stale, D, tag - 1);
+    }
+  }
+  LookBackExchange<Space, D, ReadAhead> exchange{Kokkos::create_mirror_view_and_copy(Space{}, map_words),
+                                                 Kokkos::create_mirror_view_and_copy(Space{}, state_words),
+                                                 Kokkos::View<double**, Kokkos::LayoutRight, Space>("entering", lanes, D),
+                                                 lanes,
+                                                 at,
+                                                 d,
+                                                 tag};
+  Kokkos::parallel_for("look_back_exchange", Kokkos::TeamPolicy<Space>(Space{}, 1, lanes * threads_per_lane), exchange);
   Space{}.fence();
-  Host2 published("published", lanes, D);
   const auto leaving = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, exchange.states);
+  Host2 published("published", lanes, D);
   for (int lane = 0; lane < lanes; ++lane)
-    for (int i = 0; i < d; ++i) published(lane, i) = leaving(at, lane, i);
+    EXPECT_TRUE((paraseq::detail::read_tagged<double, D>(&leaving(at, lane, 0), tag, &published(lane, 0))));
   const auto handed_on = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, exchange.entering);
   Host2 entering("entering", lanes, D);
   Kokkos::deep_copy(entering, handed_on);
@@ -132,7 +135,7 @@ TYPED_TEST(OnePassLookBack, ExchangeAppliesTheMapsBetweenInOrder) {
   const int most = std::min(24, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
                                     LookBackExchange<Space, D, 4>{}, Kokkos::ParallelForTag{}));
   const int lanes = most >= 6 ? 3 : 1, threads_per_lane = std::max(1, std::min(8, most / lanes));
-  for (int between : {0, 1, 2, 5, 8, 9, 31, 32, 33, 40, 70}) {
+  for (int between : {0, 1, 2, 3, 4, 5, 8, 9, 31, 32, 33, 40, 70}) {
     SCOPED_TRACE("maps between=" + std::to_string(between));
     const int at = stop + between + 1;
     Host3 maps("maps", at + 1, lanes, paraseq::detail::map_size<D>), states("states", at + 1, lanes, D);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -174,6 +175,42 @@ TYPED_TEST(Workspace, NewtonSolveAndBackwardAllocateOnlyWhenTheyGrow) {
         [&] { return snapshot(small.du, small.da); }, 0, 1,
         newton ? "paraseq::newton_adjoint" : one_pass ? "paraseq::newton_one_pass_adjoint" : "paraseq::newton_param_partials");
   }
+}
+
+// Every word i of `words` = (tag, i), on Space.
+template <class Space, class Words>
+void write_with_tag(const Words& words, std::uint32_t tag) {
+  Kokkos::parallel_for(
+      "test::write_with_tag", Kokkos::RangePolicy<Space>(0, words.size()),
+      KOKKOS_LAMBDA(std::size_t i) { words(i) = (std::uint64_t(tag) << 32) | std::uint32_t(i); });
+}
+
+template <class Words>
+std::vector<std::uint32_t> tags_of(const Words& words) {
+  const auto copied = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, words);
+  std::vector<std::uint32_t> tags;
+  for (std::size_t i = 0; i < copied.size(); ++i) tags.push_back(std::uint32_t(copied(i) >> 32));
+  return tags;
+}
+
+// The one-pass Newton kernels' tagged words (detail::tagged_workspace_view): each call gets a tag
+// that no word of the buffer carries, without clearing the buffer (the words a call wrote with its
+// tag stay), and a new or grown buffer starts with every word zero.
+TYPED_TEST(Workspace, TaggedWordsGetATagNoWordCarries) {
+  using Space = TypeParam;
+  release_workspace();
+  const auto [first, first_tag] = paraseq::detail::tagged_workspace_view(Space{}, "paraseq::test_tagged", 100);
+  EXPECT_THAT(tags_of(first), ::testing::Each(0u)) << "a new buffer is zeroed";
+  EXPECT_NE(first_tag, 0u);
+  write_with_tag<Space>(first, first_tag);
+  const auto [again, tag] = paraseq::detail::tagged_workspace_view(Space{}, "paraseq::test_tagged", 60);
+  EXPECT_EQ(again.data(), first.data());
+  EXPECT_NE(tag, first_tag);
+  EXPECT_THAT(tags_of(first), ::testing::Each(first_tag)) << "the words stay, not cleared";
+  const auto [grown, grown_tag] = paraseq::detail::tagged_workspace_view(Space{}, "paraseq::test_tagged", 1000);
+  EXPECT_THAT(tags_of(grown), ::testing::Each(0u)) << "a grown buffer is zeroed";
+  EXPECT_NE(grown_tag, 0u);
+  release_workspace();
 }
 
 // N trajectories of two states for the built-in fields (their compiled instances), the weights of a

@@ -325,7 +325,8 @@ namespace detail {
 // writes values fences, the team meets at a barrier and one thread stores the status that announces
 // them; a reader polls the status with volatile loads (so that a GPU polls L2 rather than a stale L1
 // line), meets its team at a barrier, and every thread fences before it reads. The one-pass Newton
-// kernels' (SingleFence): one fence per status and team. The team writes, meets at its barrier, and
+// kernels' windows hand on their initial guesses with one fence per status and team (their maps
+// and states travel in tagged words instead: newton_fused.hpp's TaggedWord). The team writes, meets at its barrier, and
 // one thread fences and stores the status (announce_status: the barrier orders the team's writes
 // before that fence, as a grid-wide barrier's release does); the polling threads fence after the
 // status they saw (wait_for_status), and the barrier after it lets the team read. The one-channel
@@ -349,25 +350,23 @@ KOKKOS_FUNCTION int wait_for_status(const int* status) {
   return seen;
 }
 
-// The decoupled look-back of the one-pass kernels (OrderedScan's ChainedTag, the one-pass Newton
-// modes): entries 0, 1, ... (chunks, segments or windows) publish a status, 0 nothing yet, 1 their
+// The decoupled look-back of the one-pass scan (OrderedScan's ChainedTag): entries 0, 1, ...
+// (chunks or segments) publish a status, 0 nothing yet, 1 their
 // map, 2 the state leaving them. Returns the nearest entry at or before `newest` with status 2, or
 // -1 if there is none. The team polls `width` entries at a time, a thread each, until each has
 // published at least its map; called by the whole team. status_at(k) is entry k's status.
-// SingleFence: the polling threads fence before the team's reduction, instead of every thread
-// after it (above).
-template <bool SingleFence = false, class Member, class StatusAt>
+template <class Member, class StatusAt>
 KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const StatusAt& status_at) {
   const int width = Kokkos::min(team.team_size(), 32);
   int known = -1;
   for (; known < 0 && newest >= 0; newest -= width) {
     int found = -1;
     const int polled = newest - team.team_rank();
-    if (team.team_rank() < width && polled >= 0 && wait_for_status<SingleFence>(status_at(polled)) == 2) found = polled;
+    if (team.team_rank() < width && polled >= 0 && wait_for_status<false>(status_at(polled)) == 2) found = polled;
     team.team_reduce(Kokkos::Max<int>(found));
     known = found;
   }
-  if constexpr (!SingleFence) Kokkos::memory_fence(); // what the statuses announce is read after them
+  Kokkos::memory_fence(); // what the statuses announce is read after them
   return known;
 }
 

@@ -25,12 +25,14 @@
 #include <paraseq/core/fill.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -77,25 +79,33 @@ public:
   void* take(const Space& space, const std::string& label, std::size_t bytes) {
     const Key key{instance_id(space), std::this_thread::get_id(), label};
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!finalize_hook_pushed_) {
-      Kokkos::push_finalize_hook([this] { release(); });
-      finalize_hook_pushed_ = true;
+    return grown(space, label, buffers_[key], bytes).bytes.data();
+  }
+
+  // As take(), for a buffer of 64-bit words that each carry the tag of the call that wrote them (the
+  // one-pass Newton kernels' TaggedWord), and a tag that no word in the buffer carries yet: the
+  // call's. A new or grown buffer is zeroed (tag 0), and so is one whose tags have run through 32 bits.
+  template <class Space>
+  std::pair<std::uint64_t*, std::uint32_t> take_tagged(const Space& space, const std::string& label,
+                                                       std::size_t words) {
+    const Key key{instance_id(space), std::this_thread::get_id(), label};
+    std::lock_guard<std::mutex> lock(mutex_);
+    Buffer& buffer = buffers_[key];
+    const unsigned char* before = buffer.bytes.data();
+    grown(space, label, buffer, words * sizeof(std::uint64_t));
+    if (buffer.bytes.data() != before || ++buffer.tag == 0) {
+      const Kokkos::View<std::uint64_t*, MemorySpace, Kokkos::MemoryUnmanaged> all(
+          reinterpret_cast<std::uint64_t*>(buffer.bytes.data()), buffer.bytes.size() / sizeof(std::uint64_t));
+      fill(space, all, std::uint64_t(0));
+      buffer.tag = 1;
     }
-    Kokkos::View<unsigned char*, MemorySpace>& buffer = buffers_[key];
-    if (buffer.size() < bytes) {
-      // The previous buffer may still be read by kernels this thread enqueued on this instance.
-      if (buffer.data()) space.fence("paraseq::workspace_grow");
-      buffer = {};
-      buffer = Kokkos::View<unsigned char*, MemorySpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label),
-                                                         bytes);
-    }
-    return buffer.data();
+    return {reinterpret_cast<std::uint64_t*>(buffer.bytes.data()), buffer.tag};
   }
 
   std::size_t bytes() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::size_t total = 0;
-    for (const auto& entry : buffers_) total += entry.second.size();
+    for (const auto& entry : buffers_) total += entry.second.bytes.size();
     return total;
   }
 
@@ -109,8 +119,30 @@ public:
 
 private:
   using Key = std::tuple<std::uint32_t, std::thread::id, std::string>;
+  struct Buffer {
+    Kokkos::View<unsigned char*, MemorySpace> bytes;
+    std::uint32_t tag = 0; // the tag of take_tagged's last call
+  };
+
+  // `buffer`, reallocated if it holds fewer than `bytes` bytes; called with the mutex held.
+  template <class Space>
+  Buffer& grown(const Space& space, const std::string& label, Buffer& buffer, std::size_t bytes) {
+    if (!finalize_hook_pushed_) {
+      Kokkos::push_finalize_hook([this] { release(); });
+      finalize_hook_pushed_ = true;
+    }
+    if (buffer.bytes.size() < bytes) {
+      // The previous buffer may still be read by kernels this thread enqueued on this instance.
+      if (buffer.bytes.data()) space.fence("paraseq::workspace_grow");
+      buffer.bytes = {};
+      buffer.bytes = Kokkos::View<unsigned char*, MemorySpace>(
+          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label), bytes);
+    }
+    return buffer;
+  }
+
   std::mutex mutex_;
-  std::map<Key, Kokkos::View<unsigned char*, MemorySpace>> buffers_;
+  std::map<Key, Buffer> buffers_;
   bool finalize_hook_pushed_ = false;
 };
 
@@ -133,6 +165,16 @@ View zeroed_workspace_view(const Space& space, const std::string& label, Extents
   const View view = workspace_view<View>(space, label, extents...);
   fill(space, view, 0);
   return view;
+}
+
+// A workspace of `words` 64-bit words that carry the tag of the call that wrote them
+// (WorkspaceCache::take_tagged), and the tag for this call: no word in it carries that tag yet.
+template <class Space>
+std::pair<Kokkos::View<std::uint64_t*, typename Space::memory_space, Kokkos::MemoryUnmanaged>, std::uint32_t>
+tagged_workspace_view(const Space& space, const std::string& label, std::size_t words) {
+  using view_type = Kokkos::View<std::uint64_t*, typename Space::memory_space, Kokkos::MemoryUnmanaged>;
+  const auto [data, tag] = WorkspaceCache<typename Space::memory_space>::get().take_tagged(space, label, words);
+  return {view_type(data, words), tag};
 }
 
 } // namespace detail

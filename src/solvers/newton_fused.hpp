@@ -36,8 +36,11 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace paraseq::detail {
 
@@ -127,8 +130,8 @@ struct WindowsInOrder {
   KOKKOS_INLINE_FUNCTION void enter_window(const Member&, const FusedThread&, const Scratch&) const {}
   // After the compose barrier: delta entering the window's first step (here: 0; the start is exact).
   template <class Member, class MapOf, class Acc>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const FusedPlan&, const MapOf&, int, int,
-                                          int d, Acc* delta) const {
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const MapOf&, int, int, int d,
+                                          Acc* delta) const {
     for (int i = 0; i < d; ++i) delta[i] = Acc(0);
   }
   // The window is done; `last` is its final state (the thread of the window's last step): the next
@@ -139,67 +142,139 @@ struct WindowsInOrder {
   }
 };
 
-// The exchange of the one-pass kernels' chains of windows (newton_one_pass.hpp's deltas,
-// newton_one_pass_adjoint.hpp's nus), called by the whole team of entry `at`: it publishes the
-// entry's map `fold` (held by the thread that `folds`, its lane's p = 0; entry 0's is read by no
-// one) with status 1, looks back to the nearest earlier entry that has published the state leaving
-// it (status 2; look_back_to_state), applies the maps in between one by one, publishes its own
-// leaving state fold(entering) with status 2, and lets the folding thread hand `entering` on
-// (hand_on, before the team's barrier). Every published state is its entry's map applied to the
-// state before it, wherever a look-back stopped: the result is bitwise reproducible. map_at(k),
-// state_at(k) and status_at(k) point at entry k's published values and status (of the calling
-// thread's group). The maps in between are loaded MapsPerThread x P at a time by the lane's P
-// threads into the slots of the team's look-back scratch (`look_back`, [MapsPerThread x P][lanes]
-// [MapSize]; look_back_scratch_values): a look-back across many windows waits for one memory
-// latency per MapsPerThread x P maps rather than one per map.
-template <class Acc, int D, int MapsPerThread = 1, class Member, class MapAt, class StateAt, class StatusAt,
-          class HandOn>
-KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                                       Acc* look_back, bool folds, int at, int d, const Acc* fold,
-                                                       const MapAt& map_at, const StateAt& state_at,
-                                                       const StatusAt& status_at, const HandOn& hand_on) {
-  constexpr int MapSize = map_size<D>;
-  auto slot_of = [&](int q) { return look_back + (std::size_t(q) * plan.lanes + me.lane) * MapSize; };
-  if (folds && at > 0) {
-    Acc* published = map_at(at);
-    for (int i = 0; i < MapSize; ++i) published[i] = fold[i];
+// What the one-pass kernels' windows publish to each other (newton_one_pass.hpp's window maps and
+// deltas, newton_one_pass_adjoint.hpp's maps and nus): each 32 bits of a value travel in a 64-bit
+// word whose other half is the call's tag, stored and loaded as one (single-copy atomic), so a
+// reader that sees its call's tag in a word sees the value beside it: no status, no fence and no
+// team barrier stand between a window's values and the windows that wait for them. The tags differ
+// between the calls that share a workspace (tagged_workspace_view), so a word an earlier call left
+// is never taken for a published one.
+using TaggedWord = std::uint64_t;
+
+template <class Acc>
+inline constexpr int words_per_value = [] {
+  static_assert(sizeof(Acc) == 4 || sizeof(Acc) == 8, "paraseq: tagged words carry 4- or 8-byte values");
+  return int(sizeof(Acc) / sizeof(std::uint32_t));
+}();
+
+KOKKOS_INLINE_FUNCTION void store_word(TaggedWord* to, TaggedWord word) {
+  KOKKOS_IF_ON_DEVICE((*static_cast<volatile TaggedWord*>(to) = word;))
+  KOKKOS_IF_ON_HOST((std::atomic_ref<TaggedWord>(*to).store(word, std::memory_order_relaxed);))
+}
+
+KOKKOS_INLINE_FUNCTION TaggedWord load_word(const TaggedWord* from) {
+  KOKKOS_IF_ON_DEVICE((return *static_cast<const volatile TaggedWord*>(from);))
+  KOKKOS_IF_ON_HOST(
+      (return std::atomic_ref<TaggedWord>(*const_cast<TaggedWord*>(from)).load(std::memory_order_relaxed);))
+}
+
+// Publishes `count` values at `to` (count x words_per_value<Acc> words) with `tag`.
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void publish_tagged(TaggedWord* to, const Acc* values, int count, std::uint32_t tag) {
+  using Bits = std::conditional_t<sizeof(Acc) == 4, std::uint32_t, std::uint64_t>;
+  constexpr int W = words_per_value<Acc>;
+  for (int i = 0; i < count; ++i) {
+    const Bits bits = Kokkos::bit_cast<Bits>(values[i]);
+    for (int w = 0; w < W; ++w)
+      store_word(to + i * W + w, (TaggedWord(tag) << 32) | std::uint32_t(std::uint64_t(bits) >> (32 * w)));
   }
-  team.team_barrier();
-  announce_status(team, at > 0 ? status_at(at) : nullptr, 1);
-  const int known = at > 0 ? look_back_to_state<true>(team, at - 1, status_at) : -1; // the same on every thread
-  Acc entering[D], next[D];
-  if (folds) {
-    for (int i = 0; i < d; ++i) entering[i] = Acc(0);
-    if (known >= 0) read_published_values(state_at(known), D, entering);
-  }
-  const int per_round = MapsPerThread * plan.team_chunks;
-  for (int k0 = known + 1; k0 < at; k0 += per_round) {
-    const int loaded = Kokkos::min(per_round, at - k0);
-    for (int j = 0; j < MapsPerThread; ++j) {
-      const int q = me.p + j * plan.team_chunks;
-      if (me.live && q < loaded) read_published_values(map_at(k0 + q), MapSize, slot_of(q));
+}
+
+// Reads Count values published at `from` into `values`; whether every word carried `tag` (if not,
+// some of `values` are not this call's).
+template <class Acc, int Count>
+KOKKOS_INLINE_FUNCTION bool read_tagged(const TaggedWord* from, std::uint32_t tag, Acc* values) {
+  using Bits = std::conditional_t<sizeof(Acc) == 4, std::uint32_t, std::uint64_t>;
+  constexpr int W = words_per_value<Acc>;
+  bool tagged = true;
+  for (int i = 0; i < Count; ++i) {
+    std::uint64_t bits = 0;
+    for (int w = 0; w < W; ++w) {
+      const TaggedWord word = load_word(from + i * W + w);
+      tagged &= std::uint32_t(word >> 32) == tag;
+      bits |= std::uint64_t(std::uint32_t(word)) << (32 * w);
     }
-    team.team_barrier();
-    if (folds)
-      for (int q = 0; q < loaded; ++q) {
-        map_apply<Acc, D>(d, slot_of(q), entering, next);
-        for (int i = 0; i < d; ++i) entering[i] = next[i];
-      }
-    team.team_barrier(); // the slots are read before the next round loads
+    values[i] = Kokkos::bit_cast<Acc>(Bits(bits));
   }
+  return tagged;
+}
+
+// The earlier entries a look-back reads at once (exchange_through_look_back): up to ReadAhead,
+// fewer for larger groups, whose maps would not stay in registers.
+template <int D, int ReadAhead>
+inline constexpr int look_back_read_ahead = std::clamp(32 / (map_size<D> + D), 1, ReadAhead);
+
+// The exchange of the one-pass kernels' chains of windows (newton_one_pass.hpp's deltas,
+// newton_one_pass_adjoint.hpp's nus), for entry `at` of one group: called by the whole team, done
+// by the thread that `folds` (its lane's p = 0, which holds the entry's map `fold`). It publishes
+// the map (entry 0's is read by no one), looks back to the nearest earlier entry that has published
+// the state leaving it (entry 0 always does), applies the maps in between one by one from there,
+// publishes its own leaving state fold(entering) and hands `entering` on (hand_on, before the
+// team's barrier). Every published state is its entry's map applied to the state before it,
+// wherever a look-back stopped: the result is bitwise reproducible. map_at(k) and state_at(k) point
+// at entry k's words. The look-back reads the words of ReadAhead entries at once
+// (look_back_read_ahead), so that it waits for one memory latency per ReadAhead entries.
+template <class Acc, int D, int ReadAhead, class Member, class MapAt, class StateAt, class HandOn>
+KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool folds, int at, int d,
+                                                       std::uint32_t tag, const Acc* fold, const MapAt& map_at,
+                                                       const StateAt& state_at, const HandOn& hand_on) {
+  constexpr int MapSize = map_size<D>, R = look_back_read_ahead<D, ReadAhead>;
   if (folds) {
-    map_apply<Acc, D>(d, fold, entering, state_at(at));
+    Acc entering[D] = {}, leaving[D] = {};
+    if (at > 0) {
+      publish_tagged(map_at(at), fold, MapSize, tag);
+      // Rounds of R entries, newest first, until one has its state. Each entry publishes its map
+      // before it looks back, so the wait for either is short.
+      Acc maps[R][MapSize], states[R][D];
+      bool has_map[R], has_state[R];
+      int known = -1, newest = at - 1;
+      for (;; newest -= R) {
+        PARASEQ_UNROLL
+        for (int r = 0; r < R; ++r)
+          if (newest - r >= 0) {
+            has_state[r] = read_tagged<Acc, D>(state_at(newest - r), tag, states[r]);
+            has_map[r] = read_tagged<Acc, MapSize>(map_at(newest - r), tag, maps[r]);
+          }
+        PARASEQ_UNROLL
+        for (int r = 0; r < R; ++r)
+          if (known < 0 && newest - r >= 0) {
+            while (!has_state[r] && !has_map[r]) {
+              has_state[r] = read_tagged<Acc, D>(state_at(newest - r), tag, states[r]);
+              has_map[r] = read_tagged<Acc, MapSize>(map_at(newest - r), tag, maps[r]);
+            }
+            if (has_state[r]) {
+              known = newest - r;
+              for (int i = 0; i < D; ++i) entering[i] = states[r][i];
+            }
+          }
+        if (known >= 0) break;
+      }
+      // The maps after the state, in order: this round's from registers, the newer rounds' again.
+      Acc next[D];
+      PARASEQ_UNROLL
+      for (int r = R - 1; r >= 0; --r)
+        if (newest - r > known) {
+          map_apply<Acc, D>(d, maps[r], entering, next);
+          for (int i = 0; i < d; ++i) entering[i] = next[i];
+        }
+      for (int first = newest + 1; first < at; first += R) {
+        PARASEQ_UNROLL
+        for (int r = 0; r < R; ++r)
+          if (first + r < at) has_map[r] = read_tagged<Acc, MapSize>(map_at(first + r), tag, maps[r]);
+        PARASEQ_UNROLL
+        for (int r = 0; r < R; ++r)
+          if (first + r < at) {
+            while (!has_map[r]) has_map[r] = read_tagged<Acc, MapSize>(map_at(first + r), tag, maps[r]);
+            map_apply<Acc, D>(d, maps[r], entering, next);
+            for (int i = 0; i < d; ++i) entering[i] = next[i];
+          }
+      }
+    }
+    map_apply<Acc, D>(d, fold, entering, leaving);
+    publish_tagged(state_at(at), leaving, D, tag);
     hand_on(entering);
   }
   team.team_barrier();
-  announce_status(team, status_at(at), 2);
-}
-
-// The look-back's team scratch of a one-pass kernel (exchange_through_look_back), in values of Acc:
-// MapsPerThread maps per thread, [MapsPerThread x P][lanes][MapSize], after the fused kernel's.
-template <int D, int MapsPerThread = 1>
-KOKKOS_INLINE_FUNCTION constexpr std::size_t look_back_scratch_values(const FusedPlan& plan) {
-  return std::size_t(plan.lanes) * MapsPerThread * plan.team_chunks * map_size<D>;
 }
 
 // Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
@@ -450,7 +525,7 @@ struct FusedNewton {
       }
       // Re-run: delta enters the window (chain) and thread p through the maps of threads 0 .. p-1.
       Acc delta[D], next[D], previous[D];
-      chain.enter_delta(team, me, plan, map_of, active, iteration, d, delta);
+      chain.enter_delta(team, me, map_of, active, iteration, d, delta);
       Acc entered[D]; // the delta entering the window
       for (int i = 0; i < d; ++i) entered[i] = delta[i];
       if (working) {

@@ -52,8 +52,7 @@ struct AdjointWindowsInOrder {
   static constexpr bool needs_window_map = false; // the window's own map (composed over all threads)
   // After the compose barrier: the lane's carry holds the nu entering the window (here: already).
   template <class Member, class MapOf, class Acc>
-  KOKKOS_INLINE_FUNCTION void enter(const Member&, const FusedThread&, const FusedPlan&, const MapOf&, int, int,
-                                    Acc*) const {}
+  KOKKOS_INLINE_FUNCTION void enter(const Member&, const FusedThread&, const MapOf&, int, int, Acc*) const {}
   // `nu` leaves the window's first step (its first thread, after the team's last read of the carry).
   template <class Acc>
   KOKKOS_INLINE_FUNCTION void leave(const Acc* nu, int d, Acc* carry) const {
@@ -162,7 +161,7 @@ struct FusedAdjoint {
       for (int k = 0; k < MapSize; ++k) map_of(p)[k] = map[k];
     }
     team.team_barrier();
-    chain.enter(team, me, plan, map_of, active, d, shared.carry);
+    chain.enter(team, me, map_of, active, d, shared.carry);
     // Re-run: nu enters thread p from the window's carry through the maps of threads after it.
     Acc nu[D];
     if (working) {

@@ -8,12 +8,13 @@
 // re-run phases and cached linearisations): it reads the window's u once, keeps the iterate on chip
 // for all K iterations and writes h once. Only what enters the window differs (OnePassChain):
 //   * the delta entering it in iteration k: a decoupled look-back, as the ordered scan's one-pass
-//     kernel does (core/ordered_scan.hpp, ChainedTag; look_back_to_state). The window composes its
-//     threads' maps into the window's map delta_in -> delta_out and publishes it (status 1), finds
-//     the nearest earlier window of that iteration that has published its outgoing delta (status 2),
-//     applies the maps of the windows in between one by one and publishes its own outgoing delta
-//     (status 2). Every delta is its window's map applied to the previous window's delta, whichever
-//     window a look-back stopped at: the result is bitwise reproducible.
+//     kernel does (core/ordered_scan.hpp, ChainedTag), per group (exchange_through_look_back of
+//     newton_fused.hpp). The window composes its threads' maps into the window's map
+//     delta_in -> delta_out and publishes it, finds the nearest earlier window of that iteration
+//     that has published its outgoing delta, applies the maps of the windows in between one by one
+//     and publishes its own outgoing delta. Every delta is its window's map applied to the previous
+//     window's delta, whichever window a look-back stopped at: the result is bitwise reproducible.
+//     Maps and deltas carry the call's tag in each word (TaggedWord), so they need no status.
 //   * the state its first step is linearised at in iteration k: the last state of window w - 1
 //     after k updates. Window w - 1 publishes only its initial guess there (before its first
 //     iteration: a short wait, once per window); window w moves it itself by omega times the delta
@@ -25,8 +26,8 @@
 // Teams take windows in the order they start (a ticket, window-major), so every window a team
 // waits for belongs to a team that has started: the waits end on GPUs and on OpenMP.
 // Memory traffic: u read once, h written once, plus per window one guess of every group and per
-// window and iteration one map and one delta of every group (one workspace: windows x B x groups x
-// (D + K x (map + D)), and statuses).
+// window and iteration one map and one delta of every group (the tagged words of K x windows x B x
+// groups x (map + D) values; the guesses, windows x B x groups x D; the statuses of the guesses).
 //
 // Unlike the fused mode's windows, which stop on their own (residual_atol), the one-pass windows
 // depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
@@ -46,19 +47,19 @@ namespace paraseq::detail {
 
 // The one-pass mode's chain for one team (window, batch element, tile): what it publishes and
 // looks back at, in the workspace of one_pass_newton.
-template <class Acc, int D, int LookBackMaps = 1>
+template <class Acc, int D, int LookBackReadAhead>
 struct OnePassChain {
   static constexpr bool needs_window_map = true;
   static constexpr bool carries_iterate = true;
-  static constexpr int MapSize = map_size<D>;
+  static constexpr int MapSize = map_size<D>, W = words_per_value<Acc>;
 
-  Acc* maps;     // [K][windows][B][groups][MapSize]: window maps delta_in -> delta_out
-  Acc* deltas;   // [K][windows][B][groups][D]: the delta leaving each window
-  Acc* guesses;  // [windows][B][groups][D]: each window's initial guess at its last step
-  int* statuses; // after the ticket: [K][windows][B][tiles] delta statuses, then [windows][B][tiles] guess statuses
+  TaggedWord* maps;   // [K][windows][B][groups][MapSize][W]: window maps delta_in -> delta_out
+  TaggedWord* deltas; // [K][windows][B][groups][D][W]: the delta leaving each window
+  std::uint32_t tag;  // this call's, in every word of maps and deltas
+  Acc* guesses;       // [windows][B][groups][D]: each window's initial guess at its last step
+  int* statuses;      // after the ticket: [windows][B][tiles] guess statuses
   int iterations, windows, batch, groups, tiles;
   int window, b, tile; // this team's
-  Acc* look_back;      // this team's scratch for the look-back's maps (look_back_scratch_values)
 
   KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int element) const {
     return (std::size_t(iteration) * windows + w) * batch + element;
@@ -66,12 +67,7 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION std::size_t values_at(int iteration, int w, const FusedThread& me, int size) const {
     return (entry(iteration, w, b) * groups + me.g) * size;
   }
-  KOKKOS_INLINE_FUNCTION int* delta_status(int iteration, int w) const {
-    return statuses + 1 + entry(iteration, w, b) * tiles + tile;
-  }
-  KOKKOS_INLINE_FUNCTION int* guess_status(int w) const {
-    return statuses + 1 + (entry(iterations, 0, 0) + entry(0, w, b)) * tiles + tile;
-  }
+  KOKKOS_INLINE_FUNCTION int* guess_status(int w) const { return statuses + 1 + entry(0, w, b) * tiles + tile; }
 
   template <class T>
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
@@ -97,19 +93,17 @@ struct OnePassChain {
   // The last thread's map slot (read by no re-run: a thread applies the maps before its own)
   // passes it to the lane's threads.
   template <class Member, class MapOf>
-  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                          const MapOf& map_of, int active, int iteration, int d, Acc* delta) const {
+  KOKKOS_INLINE_FUNCTION void enter_delta(const Member& team, const FusedThread& me, const MapOf& map_of, int active,
+                                          int iteration, int d, Acc* delta) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
     if (folds) {
       for (int i = 0; i < MapSize; ++i) fold[i] = map_of(0)[i];
       for (int q = 1; q < active; ++q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
-    exchange_through_look_back<Acc, D, LookBackMaps>(
-        team, me, plan, look_back, folds, window, d, fold,
-        [&](int w) { return maps + values_at(iteration, w, me, MapSize); },
-        [&](int w) { return deltas + values_at(iteration, w, me, D); },
-        [&](int w) { return delta_status(iteration, w); },
+    exchange_through_look_back<Acc, D, LookBackReadAhead>(
+        team, folds, window, d, tag, fold, [&](int w) { return maps + values_at(iteration, w, me, MapSize * W); },
+        [&](int w) { return deltas + values_at(iteration, w, me, D * W); },
         [&](const Acc* entering) {
           for (int i = 0; i < d; ++i) map_of(active - 1)[i] = entering[i];
         });
@@ -123,14 +117,14 @@ struct OnePassChain {
 
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
 // with FusedNewton's machinery and OnePassChain. LaunchBounds: a Kokkos::LaunchBounds to compile it
-// with, or void (fused_launch_bounds); LookBackMaps: the maps each thread loads per round of a
-// look-back (exchange_through_look_back's MapsPerThread).
+// with, or void (fused_launch_bounds); LookBackReadAhead: the earlier windows a look-back reads at
+// once (exchange_through_look_back's ReadAhead).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          class LaunchBounds = void, int LookBackMaps = 1>
+          class LaunchBounds, int LookBackReadAhead>
 struct OnePassNewton {
   using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
-  using chain_type = OnePassChain<Acc, core_type::D, LookBackMaps>;
+  using chain_type = OnePassChain<Acc, core_type::D, LookBackReadAhead>;
   using launch_bounds = LaunchBounds;
 
   core_type core;
@@ -140,10 +134,7 @@ struct OnePassNewton {
 
   using scratch_view = typename core_type::scratch_view;
 
-  // The fused kernel's team scratch, then the look-back's.
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    return core.scratch_count() + look_back_scratch_values<core_type::D, LookBackMaps>(plan);
-  }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     int ticket = 0;
@@ -156,7 +147,6 @@ struct OnePassNewton {
     mine.b = me.b;
     mine.tile = team_index % core.tiles;
     Acc* const scratch = scratch_view(team.team_scratch(0), scratch_count()).data();
-    mine.look_back = scratch + core.scratch_count();
     core.run_window_at(team, me, core.scratch_at(scratch, me), mine.window * plan.window, mine);
   }
 };
@@ -179,13 +169,18 @@ using one_pass_launch_bounds =
 // one_pass_newton's LaunchBounds when the library's choice (one_pass_launch_bounds) is wanted.
 struct LibraryLaunchBounds {};
 
+// The earlier (forward) or later (adjoint) windows the library's one-pass look-backs read at once
+// (exchange_through_look_back's ReadAhead).
+inline constexpr int library_look_back_read_ahead = 4;
+
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
-// LookBackMaps: the maps each thread loads per round of a look-back (1: the library's kernels).
+// LookBackReadAhead: the earlier windows a look-back reads at once (library_look_back_read_ahead).
 // perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
 // windows and against resident teams.
-template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds, int LookBackMaps = 1,
+template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds,
+          int LookBackReadAhead = library_look_back_read_ahead,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
@@ -193,33 +188,38 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
-  using functor_type = OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackMaps>;
+  using functor_type =
+      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead>;
   using memory_space = typename ExecSpace::memory_space;
-  constexpr int D = functor_type::core_type::D, MapSize = map_size<D>;
+  constexpr int D = functor_type::core_type::D, MapSize = map_size<D>, W = words_per_value<Acc>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
-  auto functor_for = [&](const FusedPlan& chosen, Acc* values, const Kokkos::View<int*, memory_space>& statuses) {
+  auto functor_for = [&](const FusedPlan& chosen, TaggedWord* words, std::uint32_t tag, Acc* guesses,
+                         const Kokkos::View<int*, memory_space>& statuses) {
     const int windows = int(ceil_div(shape.steps, chosen.window));
     const std::size_t per_iteration = std::size_t(K) * windows * shape.batch * shape.groups;
-    typename functor_type::chain_type chain{values,
-                                            values + per_iteration * MapSize,
-                                            values + per_iteration * (MapSize + D),
+    typename functor_type::chain_type chain{words,
+                                            words + per_iteration * MapSize * W,
+                                            tag,
+                                            guesses,
                                             statuses.data(),
-                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0, nullptr};
+                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
     return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, 0, {}},
                         chosen, chain, statuses};
   };
-  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, {}));
+  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, 0, nullptr, {}));
   const int windows = int(ceil_div(shape.steps, plan.window));
   const std::size_t per_window = std::size_t(windows) * shape.batch, entries = K * per_window;
-  // One workspace for every (iteration, window): maps and outgoing deltas of every group, then the
-  // windows' guesses (cached: core/workspace.hpp), and the statuses, zeroed for every call.
-  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(
-      space, "paraseq::newton_one_pass", (entries * (MapSize + D) + per_window * D) * shape.groups);
+  // Cached workspaces (core/workspace.hpp): the tagged maps and outgoing deltas of every group for
+  // every (iteration, window); the windows' guesses; their statuses, zeroed for every call.
+  const auto [words, tag] = tagged_workspace_view(space, "paraseq::newton_one_pass_words",
+                                                  entries * (MapSize + D) * W * shape.groups);
+  const auto guesses = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass",
+                                                                        per_window * D * shape.groups);
   const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
-      space, "paraseq::newton_one_pass_status", 1 + (entries + per_window) * tiles);
+      space, "paraseq::newton_one_pass_status", 1 + per_window * tiles);
   launch_fused<Acc>("paraseq::newton_one_pass", space, windows * shape.batch * tiles,
-                    functor_for(plan, values.data(), statuses));
+                    functor_for(plan, words.data(), tag, guesses.data(), statuses));
 }
 
 } // namespace paraseq::detail

@@ -7,10 +7,10 @@
 // at the converged trajectory, so a window needs one thing from the windows after it: the nu
 // entering its last step. A team owns one window, one batch element and one tile of groups; it
 // reads the window's u, h and g once, composes its threads' maps into the window's map
-// nu_in -> nu_out and publishes it (status 1), looks back to the nearest later window that has
-// published the nu leaving it (status 2; look_back_to_state of core/ordered_scan.hpp), applies the
-// maps of the windows in between one by one and publishes the nu leaving its own first step
-// (status 2). Then it re-runs its steps from that nu as the fused adjoint does and writes du once.
+// nu_in -> nu_out and publishes it, looks back to the nearest later window that has published the
+// nu leaving it, applies the maps of the windows in between one by one and publishes the nu leaving
+// its own first step (exchange_through_look_back of newton_fused.hpp: per group, in words tagged
+// with the call, TaggedWord). Then it re-runs its steps from that nu as the fused adjoint does and writes du once.
 // Every published nu is its window's map applied to the later window's nu, wherever a look-back
 // stopped: the result is bitwise reproducible. Teams take windows in the order they start (a
 // ticket, from the last window to the first), so every window a team waits for belongs to a team
@@ -36,28 +36,26 @@ namespace paraseq::detail {
 
 // The one-pass adjoint's chain for one team (window, batch element, tile). Windows are numbered in
 // the order the adjoint runs them: order 0 is the sequence's last window.
-template <class Acc, int D, int LookBackMaps = 1>
+template <class Acc, int D, int LookBackReadAhead>
 struct OnePassAdjointChain {
   static constexpr bool needs_window_map = true;
-  static constexpr int MapSize = map_size<D>;
+  static constexpr int MapSize = map_size<D>, W = words_per_value<Acc>;
 
-  Acc* maps;     // [windows][B][groups][MapSize], by order: window maps nu_in -> nu_out
-  Acc* nus;      // [windows][B][groups][D], by order: the nu leaving each window's first step
-  int* statuses; // after the ticket: [windows][B][tiles]
-  int batch, groups, tiles;
-  int order, b, tile; // this team's
-  Acc* look_back;     // this team's scratch for the look-back's maps (look_back_scratch_values)
+  TaggedWord* maps;  // [windows][B][groups][MapSize][W], by order: window maps nu_in -> nu_out
+  TaggedWord* nus;   // [windows][B][groups][D][W], by order: the nu leaving each window's first step
+  std::uint32_t tag; // this call's, in every word of maps and nus
+  int batch, groups;
+  int order, b; // this team's
 
   KOKKOS_INLINE_FUNCTION std::size_t values_at(int at, const FusedThread& me, int size) const {
     return ((std::size_t(at) * batch + b) * groups + me.g) * size;
   }
-  KOKKOS_INLINE_FUNCTION int* status(int at) const { return statuses + 1 + (std::size_t(at) * batch + b) * tiles + tile; }
 
   // The nu entering the window, into every lane's carry: the window's map is the composition of
   // its threads' maps, the last thread's first (it meets nu first).
   template <class Member, class MapOf>
-  KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const FusedPlan& plan,
-                                    const MapOf& map_of, int active, int d, Acc* carry) const {
+  KOKKOS_INLINE_FUNCTION void enter(const Member& team, const FusedThread& me, const MapOf& map_of, int active, int d,
+                                    Acc* carry) const {
     const bool folds = me.live && me.p == 0;
     Acc fold[MapSize];
     if (folds) {
@@ -65,9 +63,9 @@ struct OnePassAdjointChain {
       for (int q = active - 2; q >= 0; --q) map_prepend<Acc, D>(d, map_of(q), fold);
     }
     // The last window's entering nu is nu_T = 0, as the exchange starts the first entry.
-    exchange_through_look_back<Acc, D, LookBackMaps>(
-        team, me, plan, look_back, folds, order, d, fold, [&](int at) { return maps + values_at(at, me, MapSize); },
-        [&](int at) { return nus + values_at(at, me, D); }, [&](int at) { return status(at); },
+    exchange_through_look_back<Acc, D, LookBackReadAhead>(
+        team, folds, order, d, tag, fold, [&](int at) { return maps + values_at(at, me, MapSize * W); },
+        [&](int at) { return nus + values_at(at, me, D * W); },
         [&](const Acc* entering) {
           for (int i = 0; i < d; ++i) carry[i] = entering[i];
         });
@@ -79,43 +77,38 @@ struct OnePassAdjointChain {
 // The kernel: a team per (window, batch element, tile), in ticket order from the last window, each
 // running its window with FusedAdjoint's machinery and OnePassAdjointChain, then writing its
 // window's parameter row. LaunchBounds: a Kokkos::LaunchBounds to compile it with, or void
-// (fused_launch_bounds); LookBackMaps: the maps each thread loads per round of a look-back
-// (exchange_through_look_back's MapsPerThread).
+// (fused_launch_bounds); LookBackReadAhead: the later windows a look-back reads at once
+// (exchange_through_look_back's ReadAhead).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, class GView, class DUView,
-          class DH0View, class LaunchBounds = void, int LookBackMaps = 1>
+          class DH0View, class LaunchBounds, int LookBackReadAhead>
 struct OnePassAdjoint {
   using partial_view = Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   using core_type = FusedAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, partial_view, DH0View>;
   using member_type = typename core_type::member_type;
-  using chain_type = OnePassAdjointChain<Acc, core_type::D, LookBackMaps>;
+  using chain_type = OnePassAdjointChain<Acc, core_type::D, LookBackReadAhead>;
   using launch_bounds = LaunchBounds;
   static constexpr int MapSize = core_type::MapSize;
 
   core_type core;   // core.partial: [windows * B, cell.param_count()], row window * B + b
   FusedPlan plan;   // core.plan (launch_fused reads it here)
-  chain_type chain; // the workspace; order, b and tile are set per team
-  Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
+  chain_type chain; // the workspace; order and b are set per team
+  Kokkos::View<int*, typename ExecSpace::memory_space> next_ticket; // zeroed for every call
 
   using scratch_view = typename core_type::scratch_view;
 
-  // The fused adjoint's team scratch, then the look-back's.
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
-    return core.scratch_count() + look_back_scratch_values<core_type::D, LookBackMaps>(plan);
-  }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     int ticket = 0;
-    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&statuses(0), 1);
+    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&next_ticket(0), 1);
     team.team_broadcast(ticket, 0);
     const int per_window = core.shape.batch * core.tiles, team_index = ticket % per_window;
     const FusedThread me = fused_thread(team, plan, core.tiles, core.shape.groups, team_index);
     chain_type mine = chain;
     mine.order = ticket / per_window;
     mine.b = me.b;
-    mine.tile = team_index % core.tiles;
     const int window = int(ceil_div(core.shape.steps, plan.window)) - 1 - mine.order;
     Acc* const scratch = scratch_view(team.team_scratch(0), scratch_count()).data();
-    mine.look_back = scratch + core.scratch_count();
     const typename core_type::Scratch shared = core.scratch_at(scratch, me);
     Acc sums[core_type::Params] = {};
     core.run_window(team, me, shared, window * plan.window, mine, sums);
@@ -153,10 +146,11 @@ using one_pass_adjoint_launch_bounds =
 
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
 // [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the
-// library's kernels), void (none) or a Kokkos::LaunchBounds; LookBackMaps: the maps each thread
-// loads per round of a look-back (1: the library's kernels); perf_tests/bench_newton_kernels.cpp
-// builds the others.
-template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackMaps = 1, class ExecSpace, class Cell,
+// library's kernels), void (none) or a Kokkos::LaunchBounds; LookBackReadAhead: the later windows a
+// look-back reads at once (library_look_back_read_ahead); perf_tests/bench_newton_kernels.cpp builds
+// the others.
+template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackReadAhead = library_look_back_read_ahead,
+          class ExecSpace, class Cell,
           class UView, class HView, class H0View, class GView, class DUView, class DH0View>
 Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>
 one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
@@ -165,34 +159,33 @@ one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_adjoint_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
   using functor_type =
-      OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds, LookBackMaps>;
+      OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds, LookBackReadAhead>;
   using partial_view = typename functor_type::partial_view;
   using memory_space = typename ExecSpace::memory_space;
-  constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize;
+  constexpr int D = functor_type::core_type::D, MapSize = functor_type::MapSize, W = words_per_value<Acc>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true);
   const int tiles = int(ceil_div(shape.groups, plan.lanes));
   const Iterate<HView, H0View> trajectory{h, h0, shape.group_size};
-  auto functor_for = [&](const FusedPlan& chosen, const partial_view& partial, Acc* values,
-                         const Kokkos::View<int*, memory_space>& statuses) {
+  auto functor_for = [&](const FusedPlan& chosen, const partial_view& partial, TaggedWord* words, std::uint32_t tag,
+                         const Kokkos::View<int*, memory_space>& next_ticket) {
     const std::size_t entries = std::size_t(ceil_div(shape.steps, chosen.window)) * shape.batch * shape.groups;
-    typename functor_type::chain_type chain{values, values + entries * MapSize, statuses.data(), shape.batch,
-                                            shape.groups, tiles, 0, 0, 0, nullptr};
-    return functor_type{{cell, u, trajectory, g, du, partial, dh0, chosen, shape, tiles}, chosen, chain, statuses};
+    typename functor_type::chain_type chain{words, words + entries * MapSize * W, tag, shape.batch, shape.groups, 0, 0};
+    return functor_type{{cell, u, trajectory, g, du, partial, dh0, chosen, shape, tiles}, chosen, chain, next_ticket};
   };
-  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, {}, nullptr, {}));
+  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, {}, nullptr, 0, {}));
   const int windows = int(ceil_div(shape.steps, plan.window));
   const auto partial = zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials",
                                                            std::size_t(windows) * shape.batch, cell.param_count());
   if (shape.batch == 0 || shape.steps == 0 || shape.groups == 0) return partial;
-  // One workspace for every window: maps and leaving nus of every group (cached: core/workspace.hpp),
-  // and the statuses, zeroed for every call.
+  // Cached workspaces (core/workspace.hpp): the tagged maps and leaving nus of every group for every
+  // window, and the ticket, zeroed for every call.
   const std::size_t entries = std::size_t(windows) * shape.batch;
-  const auto values = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass_adjoint",
-                                                                      entries * shape.groups * (MapSize + D));
-  const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
-      space, "paraseq::newton_one_pass_adjoint_status", 1 + entries * tiles);
+  const auto [words, tag] = tagged_workspace_view(space, "paraseq::newton_one_pass_adjoint_words",
+                                                  entries * shape.groups * (MapSize + D) * W);
+  const auto next_ticket = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
+      space, "paraseq::newton_one_pass_adjoint_ticket", 1);
   launch_fused<Acc>("paraseq::newton_one_pass_adjoint", space, int(entries) * tiles,
-                    functor_for(plan, partial, values.data(), statuses));
+                    functor_for(plan, partial, words.data(), tag, next_ticket));
   return partial;
 }
 

@@ -14,8 +14,8 @@ using namespace paraseq::bench::gru;
 // threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
 // bounds (2 teams at its registers): resident warps against spills (5 and 6 teams, at most 48 and
 // 40 registers, were slower than 4 at every shape on the H100: 0.654 and 0.858 against 0.558 ms at
-// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1 or
-// 8 earlier windows at once instead of the library's 4 (LookBackReadAhead): registers against rounds of memory
+// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1, 2
+// or 8 earlier windows at once instead of 4 (LookBackReadAhead): registers against rounds of memory
 // latency. The kernels run with P threads per lane (windows of L x P steps).
 template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
           int LookBackReadAhead = paraseq::detail::library_look_back_read_ahead>
@@ -47,6 +47,9 @@ PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->App
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 1>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:1")
+    ->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 2>))
+    ->Name("gru_one_pass_chunks/L:8/read_ahead:2")
     ->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 8>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:8")

@@ -321,32 +321,18 @@ ScanPlan plan_scan(const ExecSpace& space, const ScanShape& shape, const ScanCon
 
 namespace detail {
 
-// How the one-pass kernels' teams hand values to each other. The ordered scan's: each thread that
-// writes values fences, the team meets at a barrier and one thread stores the status that announces
-// them; a reader polls the status with volatile loads (so that a GPU polls L2 rather than a stale L1
-// line), meets its team at a barrier, and every thread fences before it reads. The one-pass Newton
-// kernels' windows hand on their initial guesses with one fence per status and team (their maps
-// and states travel in tagged words instead: newton_fused.hpp's TaggedWord). The team writes, meets at its barrier, and
-// one thread fences and stores the status (announce_status: the barrier orders the team's writes
-// before that fence, as a grid-wide barrier's release does); the polling threads fence after the
-// status they saw (wait_for_status), and the barrier after it lets the team read. The one-channel
-// scan of 2^26 steps was 7% slower that way on the H100 (2026-12-06), so the scan keeps the former.
-template <class Member>
-KOKKOS_FUNCTION void announce_status(const Member& team, int* status, int value) {
-  if (team.team_rank() == 0 && status) {
-    Kokkos::memory_fence(); // the team's values, ordered before it by the barrier, before the status
-    Kokkos::atomic_store(status, value);
-  }
-}
+// How the one-pass scan's teams hand values to each other: each thread that writes values fences,
+// the team meets at a barrier and one thread stores the status that announces them; a reader polls
+// the status with volatile loads (so that a GPU polls L2 rather than a stale L1 line), meets its
+// team at a barrier, and every thread fences before it reads. (The one-pass Newton kernels' values
+// carry their own tags instead: newton_fused.hpp's TaggedWord.)
 
 // Polls `status` until it is not 0; returns what it became.
-template <bool Fence>
-KOKKOS_FUNCTION int wait_for_status(const int* status) {
+KOKKOS_INLINE_FUNCTION int wait_for_status(const int* status) {
   const volatile int* polled = status;
   int seen;
   while ((seen = *polled) == 0) {
   }
-  if constexpr (Fence) Kokkos::memory_fence(); // what the status announces is read after it
   return seen;
 }
 
@@ -362,7 +348,7 @@ KOKKOS_FUNCTION int look_back_to_state(const Member& team, int newest, const Sta
   for (; known < 0 && newest >= 0; newest -= width) {
     int found = -1;
     const int polled = newest - team.team_rank();
-    if (team.team_rank() < width && polled >= 0 && wait_for_status<false>(status_at(polled)) == 2) found = polled;
+    if (team.team_rank() < width && polled >= 0 && wait_for_status(status_at(polled)) == 2) found = polled;
     team.team_reduce(Kokkos::Max<int>(found));
     known = found;
   }
@@ -638,7 +624,7 @@ private:
     }
     // 2. The maps of the chunks before c in the segment; the closing chunk folds G_s.
     for (int k = segment_first + team.team_rank(); k < chunk; k += team.team_size())
-      wait_for_status<false>(&status_(status_index(batch, tile, k)));
+      wait_for_status(&status_(status_index(batch, tile, k)));
     team.team_barrier();
     Kokkos::memory_fence(); // what the statuses announce is read after them
     if (closes) {

@@ -118,16 +118,13 @@ struct WindowsInOrder {
   // Whether the carry holds the iterate at the step before the window, which each iteration moves
   // by omega times the delta entering the window (the one-pass mode), rather than a converged state.
   static constexpr bool carries_iterate = false;
-  // The window's initial guess at its last step, by the thread that holds it (publish), then
-  // announced by the team after a barrier (announce).
+  // The window's initial guess at its last step, by the thread that holds it.
   template <class Acc>
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread&, const Acc*, int) const {}
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void announce_guess(const Member&) const {}
-  // Before the first iteration: the lane's carry holds the state the window's first step is
-  // linearised at (here: already there).
-  template <class Member, class Scratch>
-  KOKKOS_INLINE_FUNCTION void enter_window(const Member&, const FusedThread&, const Scratch&) const {}
+  // Before the first iteration, after a barrier: the lane's carry holds the state the window's first
+  // step is linearised at (here: already there).
+  template <class Scratch>
+  KOKKOS_INLINE_FUNCTION void enter_window(const FusedThread&, const Scratch&) const {}
   // After the compose barrier: delta entering the window's first step (here: 0; the start is exact).
   template <class Member, class MapOf, class Acc>
   KOKKOS_INLINE_FUNCTION void enter_delta(const Member&, const FusedThread&, const MapOf&, int, int, int d,
@@ -483,8 +480,7 @@ struct FusedNewton {
       if (p == active - 1) chain.publish_guess(me, last, d);
     }
     team.team_barrier();
-    chain.announce_guess(team);
-    chain.enter_window(team, me, shared);
+    chain.enter_window(me, shared);
 
     int ran = iterations;
     for (int iteration = 0; iteration < iterations; ++iteration) {

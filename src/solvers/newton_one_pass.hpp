@@ -16,8 +16,8 @@
 //     window's delta, whichever window a look-back stopped at: the result is bitwise reproducible.
 //     Maps and deltas carry the call's tag in each word (TaggedWord), so they need no status.
 //   * the state its first step is linearised at in iteration k: the last state of window w - 1
-//     after k updates. Window w - 1 publishes only its initial guess there (before its first
-//     iteration: a short wait, once per window); window w moves it itself by omega times the delta
+//     after k updates. Window w - 1 publishes only its initial guess there, in tagged words too
+//     (before its first iteration: a short wait, once per window); window w moves it itself by omega times the delta
 //     entering it in each iteration (FusedNewton::run_window, Chain::carries_iterate), the update
 //     window w - 1's re-run makes, so no iteration waits for the window before it to finish the
 //     previous one. The two copies of that state agree to rounding (the entering delta comes from
@@ -26,8 +26,8 @@
 // Teams take windows in the order they start (a ticket, window-major), so every window a team
 // waits for belongs to a team that has started: the waits end on GPUs and on OpenMP.
 // Memory traffic: u read once, h written once, plus per window one guess of every group and per
-// window and iteration one map and one delta of every group (the tagged words of K x windows x B x
-// groups x (map + D) values; the guesses, windows x B x groups x D; the statuses of the guesses).
+// window and iteration one map and one delta of every group (the tagged words of windows x B x
+// groups x (K x (map + D) + D) values) and a ticket.
 //
 // Unlike the fused mode's windows, which stop on their own (residual_atol), the one-pass windows
 // depend on each other: the mode runs config.max_iters iterations and takes no residual_atol.
@@ -53,13 +53,12 @@ struct OnePassChain {
   static constexpr bool carries_iterate = true;
   static constexpr int MapSize = map_size<D>, W = words_per_value<Acc>;
 
-  TaggedWord* maps;   // [K][windows][B][groups][MapSize][W]: window maps delta_in -> delta_out
-  TaggedWord* deltas; // [K][windows][B][groups][D][W]: the delta leaving each window
-  std::uint32_t tag;  // this call's, in every word of maps and deltas
-  Acc* guesses;       // [windows][B][groups][D]: each window's initial guess at its last step
-  int* statuses;      // after the ticket: [windows][B][tiles] guess statuses
-  int iterations, windows, batch, groups, tiles;
-  int window, b, tile; // this team's
+  TaggedWord* maps;    // [K][windows][B][groups][MapSize][W]: window maps delta_in -> delta_out
+  TaggedWord* deltas;  // [K][windows][B][groups][D][W]: the delta leaving each window
+  TaggedWord* guesses; // [windows][B][groups][D][W]: each window's initial guess at its last step
+  std::uint32_t tag;   // this call's, in every word it publishes
+  int windows, batch, groups;
+  int window, b; // this team's
 
   KOKKOS_INLINE_FUNCTION std::size_t entry(int iteration, int w, int element) const {
     return (std::size_t(iteration) * windows + w) * batch + element;
@@ -67,26 +66,22 @@ struct OnePassChain {
   KOKKOS_INLINE_FUNCTION std::size_t values_at(int iteration, int w, const FusedThread& me, int size) const {
     return (entry(iteration, w, b) * groups + me.g) * size;
   }
-  KOKKOS_INLINE_FUNCTION int* guess_status(int w) const { return statuses + 1 + entry(0, w, b) * tiles + tile; }
 
   template <class T>
   KOKKOS_INLINE_FUNCTION void publish_guess(const FusedThread& me, const T* last, int d) const {
-    Acc* published = guesses + values_at(0, window, me, D);
-    for (int i = 0; i < d; ++i) published[i] = last[i];
-  }
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void announce_guess(const Member& team) const {
-    announce_status(team, guess_status(window), 1);
+    Acc values[D] = {};
+    for (int i = 0; i < d; ++i) values[i] = Acc(last[i]);
+    publish_tagged(guesses + values_at(0, window, me, D * W), values, D, tag);
   }
 
   // The first iteration linearises the window's first step at window w - 1's initial guess at its
-  // last step (window 0: at h0, already in the carry).
-  template <class Member, class Scratch>
-  KOKKOS_INLINE_FUNCTION void enter_window(const Member& team, const FusedThread& me, const Scratch& shared) const {
-    if (window == 0) return;
-    if (team.team_rank() == 0) wait_for_status<true>(guess_status(window - 1));
-    team.team_barrier();
-    if (me.live && me.p == 0) read_published_values(guesses + values_at(0, window - 1, me, D), D, shared.carry);
+  // last step (window 0: at h0, already in the carry), which the lane's first thread waits for: it
+  // alone reads the carry before the next barrier.
+  template <class Scratch>
+  KOKKOS_INLINE_FUNCTION void enter_window(const FusedThread& me, const Scratch& shared) const {
+    if (window == 0 || !me.live || me.p != 0) return;
+    while (!read_tagged<Acc, D>(guesses + values_at(0, window - 1, me, D * W), tag, shared.carry)) {
+    }
   }
 
   // The delta entering the window: publish the window's map, look back, publish the delta leaving.
@@ -130,7 +125,7 @@ struct OnePassNewton {
   core_type core;
   FusedPlan plan;   // core.plan (launch_fused reads it here)
   chain_type chain; // the workspace; window, b and tile are set per team
-  Kokkos::View<int*, typename ExecSpace::memory_space> statuses; // chain.statuses: the ticket first
+  Kokkos::View<int*, typename ExecSpace::memory_space> next_ticket; // zeroed for every call
 
   using scratch_view = typename core_type::scratch_view;
 
@@ -138,14 +133,13 @@ struct OnePassNewton {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     int ticket = 0;
-    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&statuses(0), 1);
+    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&next_ticket(0), 1);
     team.team_broadcast(ticket, 0);
     const int per_window = core.shape.batch * core.tiles, team_index = ticket % per_window;
     const FusedThread me = fused_thread(team, plan, core.tiles, core.shape.groups, team_index);
     chain_type mine = chain;
     mine.window = ticket / per_window;
     mine.b = me.b;
-    mine.tile = team_index % core.tiles;
     Acc* const scratch = scratch_view(team.team_scratch(0), scratch_count()).data();
     core.run_window_at(team, me, core.scratch_at(scratch, me), mine.window * plan.window, mine);
   }
@@ -194,32 +188,33 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>, W = words_per_value<Acc>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
-  auto functor_for = [&](const FusedPlan& chosen, TaggedWord* words, std::uint32_t tag, Acc* guesses,
-                         const Kokkos::View<int*, memory_space>& statuses) {
+  auto functor_for = [&](const FusedPlan& chosen, TaggedWord* words, std::uint32_t tag,
+                         const Kokkos::View<int*, memory_space>& next_ticket) {
     const int windows = int(ceil_div(shape.steps, chosen.window));
-    const std::size_t per_iteration = std::size_t(K) * windows * shape.batch * shape.groups;
+    const std::size_t per_iteration = std::size_t(windows) * shape.batch * shape.groups;
     typename functor_type::chain_type chain{words,
-                                            words + per_iteration * MapSize * W,
+                                            words + K * per_iteration * MapSize * W,
+                                            words + K * per_iteration * (MapSize + D) * W,
                                             tag,
-                                            guesses,
-                                            statuses.data(),
-                                            K, windows, shape.batch, shape.groups, tiles, 0, 0, 0};
+                                            windows,
+                                            shape.batch,
+                                            shape.groups,
+                                            0,
+                                            0};
     return functor_type{{cell, u, h, h0, chosen, shape, K, Acc(config.omega), config.initial_guess, tiles, 0, {}},
-                        chosen, chain, statuses};
+                        chosen, chain, next_ticket};
   };
-  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, 0, nullptr, {}));
+  plan = fit_fused_plan<Acc>(space, plan, shape.batch * tiles, config, functor_for(plan, nullptr, 0, {}));
   const int windows = int(ceil_div(shape.steps, plan.window));
-  const std::size_t per_window = std::size_t(windows) * shape.batch, entries = K * per_window;
+  const std::size_t per_iteration = std::size_t(windows) * shape.batch * shape.groups;
   // Cached workspaces (core/workspace.hpp): the tagged maps and outgoing deltas of every group for
-  // every (iteration, window); the windows' guesses; their statuses, zeroed for every call.
+  // every (iteration, window) and the windows' guesses; the ticket, zeroed for every call.
   const auto [words, tag] = tagged_workspace_view(space, "paraseq::newton_one_pass_words",
-                                                  entries * (MapSize + D) * W * shape.groups);
-  const auto guesses = workspace_view<Kokkos::View<Acc*, memory_space>>(space, "paraseq::newton_one_pass",
-                                                                        per_window * D * shape.groups);
-  const auto statuses = zeroed_workspace_view<Kokkos::View<int*, memory_space>>(
-      space, "paraseq::newton_one_pass_status", 1 + per_window * tiles);
+                                                  per_iteration * (K * (MapSize + D) + D) * W);
+  const auto next_ticket =
+      zeroed_workspace_view<Kokkos::View<int*, memory_space>>(space, "paraseq::newton_one_pass_ticket", 1);
   launch_fused<Acc>("paraseq::newton_one_pass", space, windows * shape.batch * tiles,
-                    functor_for(plan, words.data(), tag, guesses.data(), statuses));
+                    functor_for(plan, words.data(), tag, next_ticket));
 }
 
 } // namespace paraseq::detail

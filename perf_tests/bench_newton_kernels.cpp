@@ -14,11 +14,12 @@ using namespace paraseq::bench::gru;
 // threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
 // bounds (2 teams at its registers): resident warps against spills (5 and 6 teams, at most 48 and
 // 40 registers, were slower than 4 at every shape on the H100: 0.654 and 0.858 against 0.558 ms at
-// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1, 2
-// or 8 earlier windows at once instead of 4 (LookBackReadAhead): registers against rounds of memory
-// latency. The kernels run with P threads per lane (windows of L x P steps).
+// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1 or 4
+// earlier windows at once instead of 2 (LookBackReadAhead): registers against rounds of memory
+// latency (8 was slower than 4 at every shape on the H200: fca8119, 2026-12-07, one_pass_read_ahead).
+// The kernels run with P threads per lane (windows of L x P steps).
 template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
-          int LookBackReadAhead = paraseq::detail::library_look_back_read_ahead>
+          int LookBackReadAhead = paraseq::detail::one_pass_read_ahead>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -48,19 +49,17 @@ PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 1>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:1")
     ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 2>))
-    ->Name("gru_one_pass_chunks/L:8/read_ahead:2")
-    ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 8>))
-    ->Name("gru_one_pass_chunks/L:8/read_ahead:8")
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 4>))
+    ->Name("gru_one_pass_chunks/L:8/read_ahead:4")
     ->Apply(one_pass_chunk_shapes);
 
 // The one-pass adjoint alone at the converged trajectory, with P threads per lane: the library's
 // kernel (on devices 3 teams of at most 256 threads per SM, 80 registers:
 // one_pass_adjoint_launch_bounds) against the same kernel compiled without launch bounds (2 teams at
-// its 90 registers) and for 4 teams (64 registers), and with look-backs reading 1 or 8 later windows
-// at once (LookBackReadAhead, as the forward above). Bytes: u, h and g read and du written once.
-template <class LaunchBounds, int LookBackReadAhead = paraseq::detail::library_look_back_read_ahead>
+// its 90 registers) and for 4 teams (64 registers), and with look-backs reading 2 or 4 later windows
+// at once instead of 1 (LookBackReadAhead, as the forward above; 8 was slower than 4 at every shape
+// on the H200: one_pass_adjoint_read_ahead). Bytes: u, h and g read and du written once.
+template <class LaunchBounds, int LookBackReadAhead = paraseq::detail::one_pass_adjoint_read_ahead>
 void one_pass_adjoint_with_bounds(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -90,11 +89,11 @@ PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoin
 PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 4>>))
     ->Name("gru_one_pass_adjoint/teams:4")
     ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 1>))
-    ->Name("gru_one_pass_adjoint/read_ahead:1")
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 2>))
+    ->Name("gru_one_pass_adjoint/read_ahead:2")
     ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 8>))
-    ->Name("gru_one_pass_adjoint/read_ahead:8")
+PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds, 4>))
+    ->Name("gru_one_pass_adjoint/read_ahead:4")
     ->Apply(one_pass_chunk_shapes);
 
 } // namespace

@@ -1,13 +1,13 @@
 // The one-pass kernels' look-back (exchange_through_look_back of newton_fused.hpp) reading several
-// windows at once (one_pass_newton's and one_pass_adjoint's LookBackReadAhead; 4 in the library's
-// kernels): the maps between a window and the state it found are still applied one by one in
-// window order, so h, dL/du, dL/dh0 and the parameter rows are bitwise those of a look-back that
-// reads one window at a time, on every enabled space, over 65 windows of 16 steps (several threads
-// per window where the space allows). On GPUs the look-backs cross many windows; with a few host
-// threads, mostly one or two, so the exchange itself is also checked with look-backs across 0 to 70
-// entries set up in memory, with stale states (an earlier call's tag) in between: the state it
-// hands on and publishes against the float64 loop over the maps in between (1e-14), and bitwise
-// between reading 1 and 4 entries at once.
+// windows at once (one_pass_newton's and one_pass_adjoint's LookBackReadAhead; 2 and 1 in the
+// library's kernels): the maps between a window and the state it found are still applied one by one
+// in window order, so h, dL/du, dL/dh0 and the parameter rows are bitwise those of the library's
+// kernels when the look-backs read 4 windows at once, on every enabled space, over 65 windows of 16
+// steps (several threads per window where the space allows). On GPUs the look-backs cross many
+// windows; with a few host threads, mostly one or two, so the exchange itself is also checked with
+// look-backs across 0 to 70 entries set up in memory, with stale states (an earlier call's tag) in
+// between: the state it hands on and publishes against the float64 loop over the maps in between
+// (1e-14), and bitwise between reading 1 and 4 entries at once.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -35,32 +35,32 @@ template <class Space>
 class OnePassLookBack : public ::testing::Test {};
 TYPED_TEST_SUITE(OnePassLookBack, ExecutionSpaces, SpaceName);
 
-TYPED_TEST(OnePassLookBack, ReadingAheadGivesTheSameBits) {
+TYPED_TEST(OnePassLookBack, ReadingFourWindowsAtOnceGivesTheSameBits) {
   using Space = TypeParam;
   const int B = 2, T = 64 * one_pass_window_steps + 7, H = 33;
   GruProblem<float, Space> problem(B, T, H, 0.5, 111, 1.5);
   const auto cell = problem.cell();
   const ScanShape shape = newton_shape(cell, problem.u);
-  View3<float, Space> h_one("h_one", B, T, H), h_four("h_four", B, T, H), g("g", B, T, H);
-  View3<float, Space> du_one("du_one", B, T, 3 * H), du_four("du_four", B, T, 3 * H);
-  View2<float, Space> h0("h0", B, H), dh0_one("dh0_one", B, H), dh0_four("dh0_four", B, H);
+  View3<float, Space> h_library("h_library", B, T, H), h_four("h_four", B, T, H), g("g", B, T, H);
+  View3<float, Space> du_library("du_library", B, T, 3 * H), du_four("du_four", B, T, 3 * H);
+  View2<float, Space> h0("h0", B, H), dh0_library("dh0_library", B, H), dh0_four("dh0_four", B, H);
   fill_uniform(h0, -0.5, 0.5, 112);
   fill_uniform(g, -1, 1, 113);
   for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
     SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads));
     Kokkos::deep_copy(h_four, NAN);
-    one_pass_newton<float, 0, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, config, shape);
-    one_pass_newton<float>(Space{}, cell, problem.u, h_four, h0, config, shape);
-    EXPECT_TRUE(bitwise_equal(h_one, h_four));
+    one_pass_newton<float>(Space{}, cell, problem.u, h_library, h0, config, shape);
+    one_pass_newton<float, 0, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_four, h0, config, shape);
+    EXPECT_TRUE(bitwise_equal(h_library, h_four));
     Kokkos::deep_copy(du_four, NAN);
     Kokkos::deep_copy(dh0_four, NAN);
-    const auto rows_one = one_pass_adjoint<float, LibraryLaunchBounds, 1>(Space{}, cell, problem.u, h_one, h0, g,
-                                                                          du_one, dh0_one, config, shape);
-    const auto rows_four =
-        one_pass_adjoint<float>(Space{}, cell, problem.u, h_one, h0, g, du_four, dh0_four, config, shape);
-    EXPECT_TRUE(bitwise_equal(du_one, du_four));
-    EXPECT_TRUE(bitwise_equal(dh0_one, dh0_four));
-    EXPECT_TRUE(bitwise_equal(rows_one, rows_four));
+    const auto rows_library =
+        one_pass_adjoint<float>(Space{}, cell, problem.u, h_library, h0, g, du_library, dh0_library, config, shape);
+    const auto rows_four = one_pass_adjoint<float, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_library, h0, g,
+                                                                           du_four, dh0_four, config, shape);
+    EXPECT_TRUE(bitwise_equal(du_library, du_four));
+    EXPECT_TRUE(bitwise_equal(dh0_library, dh0_four));
+    EXPECT_TRUE(bitwise_equal(rows_library, rows_four));
   }
 }
 

@@ -79,7 +79,9 @@ public:
   void* take(const Space& space, const std::string& label, std::size_t bytes) {
     const Key key{instance_id(space), std::this_thread::get_id(), label};
     std::lock_guard<std::mutex> lock(mutex_);
-    return grown(space, label, buffers_[key], bytes).bytes.data();
+    Buffer& buffer = buffers_[key];
+    grow(space, label, buffer, bytes);
+    return buffer.bytes.data();
   }
 
   // As take(), for a buffer of 64-bit words that each carry the tag of the call that wrote them (the
@@ -91,9 +93,9 @@ public:
     const Key key{instance_id(space), std::this_thread::get_id(), label};
     std::lock_guard<std::mutex> lock(mutex_);
     Buffer& buffer = buffers_[key];
-    const unsigned char* before = buffer.bytes.data();
-    grown(space, label, buffer, words * sizeof(std::uint64_t));
-    if (buffer.bytes.data() != before || ++buffer.tag == 0) {
+    // A new allocation may reuse the old one's address (CUDA's allocator does): whether it was
+    // made is what tells.
+    if (grow(space, label, buffer, words * sizeof(std::uint64_t)) || ++buffer.tag == 0) {
       const Kokkos::View<std::uint64_t*, MemorySpace, Kokkos::MemoryUnmanaged> all(
           reinterpret_cast<std::uint64_t*>(buffer.bytes.data()), buffer.bytes.size() / sizeof(std::uint64_t));
       fill(space, all, std::uint64_t(0));
@@ -124,21 +126,21 @@ private:
     std::uint32_t tag = 0; // the tag of take_tagged's last call
   };
 
-  // `buffer`, reallocated if it holds fewer than `bytes` bytes; called with the mutex held.
+  // Reallocates `buffer` if it holds fewer than `bytes` bytes, and says whether it did; called with
+  // the mutex held.
   template <class Space>
-  Buffer& grown(const Space& space, const std::string& label, Buffer& buffer, std::size_t bytes) {
+  bool grow(const Space& space, const std::string& label, Buffer& buffer, std::size_t bytes) {
     if (!finalize_hook_pushed_) {
       Kokkos::push_finalize_hook([this] { release(); });
       finalize_hook_pushed_ = true;
     }
-    if (buffer.bytes.size() < bytes) {
-      // The previous buffer may still be read by kernels this thread enqueued on this instance.
-      if (buffer.bytes.data()) space.fence("paraseq::workspace_grow");
-      buffer.bytes = {};
-      buffer.bytes = Kokkos::View<unsigned char*, MemorySpace>(
-          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label), bytes);
-    }
-    return buffer;
+    if (buffer.bytes.size() >= bytes) return false;
+    // The previous buffer may still be read by kernels this thread enqueued on this instance.
+    if (buffer.bytes.data()) space.fence("paraseq::workspace_grow");
+    buffer.bytes = {};
+    buffer.bytes =
+        Kokkos::View<unsigned char*, MemorySpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, label), bytes);
+    return true;
   }
 
   std::mutex mutex_;

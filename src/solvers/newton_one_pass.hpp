@@ -163,18 +163,21 @@ using one_pass_launch_bounds =
 // one_pass_newton's LaunchBounds when the library's choice (one_pass_launch_bounds) is wanted.
 struct LibraryLaunchBounds {};
 
-// The earlier (forward) or later (adjoint) windows the library's one-pass look-backs read at once
-// (exchange_through_look_back's ReadAhead).
-inline constexpr int library_look_back_read_ahead = 4;
+// The earlier windows the library's one-pass forward reads at once in a look-back
+// (exchange_through_look_back's ReadAhead). On the H200 (fca8119, 2026-12-07, ParaGRU in float, P = 8)
+// reading 2 ran (1, 65536, 256) in 0.411 ms, (1, 2^20, 64) in 3.17 and (4, 2^18, 128) in 2.75;
+// reading 1 in 0.428, 4.54 and 2.35, 4 in 0.557, 3.95 and 3.83, 8 in 0.704, 5.06 and 5.08: every
+// window read is a word in flight and registers that the 64-register kernel spills.
+inline constexpr int one_pass_read_ahead = 2;
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
-// LookBackReadAhead: the earlier windows a look-back reads at once (library_look_back_read_ahead).
+// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead).
 // perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
 // windows and against resident teams.
 template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds,
-          int LookBackReadAhead = library_look_back_read_ahead,
+          int LookBackReadAhead = one_pass_read_ahead,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {

@@ -144,12 +144,18 @@ using one_pass_adjoint_launch_bounds =
     std::conditional_t<std::is_same_v<one_pass_launch_bounds<Acc, Cell, ExecSpace>, void>, void,
                        Kokkos::LaunchBounds<256, 3>>;
 
+// The later windows the library's one-pass adjoint reads at once in a look-back
+// (exchange_through_look_back's ReadAhead). On the H200 (fca8119, 2026-12-07, ParaGRU in float, P = 8)
+// reading 1 ran (1, 65536, 256) in 0.386 ms, (1, 2^20, 64) in 4.44 and (4, 2^18, 128) in 2.34;
+// reading 4 in 0.435, 3.50 and 3.08, 8 in 0.584, 3.71 and 4.46.
+inline constexpr int one_pass_adjoint_read_ahead = 1;
+
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
 // [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the
 // library's kernels), void (none) or a Kokkos::LaunchBounds; LookBackReadAhead: the later windows a
-// look-back reads at once (library_look_back_read_ahead); perf_tests/bench_newton_kernels.cpp builds
+// look-back reads at once (one_pass_adjoint_read_ahead); perf_tests/bench_newton_kernels.cpp builds
 // the others.
-template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackReadAhead = library_look_back_read_ahead,
+template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackReadAhead = one_pass_adjoint_read_ahead,
           class ExecSpace, class Cell,
           class UView, class HView, class H0View, class GView, class DUView, class DH0View>
 Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>

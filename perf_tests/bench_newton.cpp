@@ -143,20 +143,25 @@ void fused_thread_counts(benchmark::internal::Benchmark* bench) {
 }
 PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
 
-// The one-pass mode at the long shapes with P threads per lane (a window of 8 P steps on devices),
-// forward and forward + backward (its one-pass adjoint): where the device rule's P (8 at these
-// shapes: teams of at most 256 threads, which the forward's launch bounds also set) stands against
-// its neighbours.
+// The one-pass mode at the long shapes with G groups per team and P threads per group (a window of
+// 8 P steps on devices), forward and forward + backward (its one-pass adjoint): the library's plan
+// (P = G = 0; newton_fused.hpp, one_pass_team_groups) against teams of 256 threads for 32, 16 and 8
+// groups (32 groups of 8 threads: the library's plan before one_pass_team_groups, 2026-12-07).
 void gru_one_pass_threads(benchmark::State& state) {
   paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
   config.fused_team_threads = int(state.range(3));
-  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, state.range(4) != 0);
+  config.fused_team_groups = int(state.range(4));
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, state.range(5) != 0);
 }
 void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
-  bench->ArgNames({"B", "T", "H", "P", "backward"});
+  bench->ArgNames({"B", "T", "H", "P", "G", "backward"});
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
   for (int backward : {0, 1})
-    for (auto [B, T, H] : one_pass_shapes())
-      for (int P : one_pass_thread_choices()) bench->Args({B, T, H, P, backward});
+    for (auto [B, T, H] : one_pass_shapes()) {
+      bench->Args({B, T, H, 0, 0, backward});
+      if (!on_host)
+        for (int G : {32, 16, 8}) bench->Args({B, T, H, 256 / G, G, backward});
+    }
 }
 PARASEQ_BENCHMARK(gru_one_pass_threads)->Apply(one_pass_thread_counts);
 

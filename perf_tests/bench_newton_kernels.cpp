@@ -17,7 +17,7 @@ using namespace paraseq::bench::gru;
 // (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1 or 4
 // earlier windows at once instead of 2 (LookBackReadAhead): registers against rounds of memory
 // latency (8 was slower than 4 at every shape on the H200: fca8119, 2026-12-07, one_pass_read_ahead).
-// The kernels run with P threads per lane (windows of L x P steps).
+// The kernels run with G groups per team and P threads per group (windows of L x P steps).
 template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
           int LookBackReadAhead = paraseq::detail::one_pass_read_ahead>
 void one_pass_with_chunks(benchmark::State& state) {
@@ -25,6 +25,7 @@ void one_pass_with_chunks(benchmark::State& state) {
   GruProblem problem(B, T, H);
   paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
   config.fused_team_threads = int(state.range(3));
+  config.fused_team_groups = int(state.range(4));
   const auto cell = problem.cell();
   // The View types newton_solve gives its compiled instances, so that L = 8 is the library's kernel.
   const paraseq::InView<float, 3, Space> u = problem.u;
@@ -37,14 +38,32 @@ void one_pass_with_chunks(benchmark::State& state) {
                                                                                          config, shape);
   });
 }
+// The kernels' variants with P threads for each of 32 groups per team (the library's plan before
+// one_pass_team_groups), and with the library's plan (P = G = 0).
 void one_pass_chunk_shapes(benchmark::internal::Benchmark* bench) {
-  bench->ArgNames({"B", "T", "H", "P"});
-  for (auto [B, T, H] : one_pass_shapes())
+  bench->ArgNames({"B", "T", "H", "P", "G"});
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
+  for (auto [B, T, H] : one_pass_shapes()) {
     for (int P : one_pass_thread_choices())
-      if (P % 4 == 0 || P == 1) bench->Args({B, T, H, P});
+      if (P % 4 == 0 || P == 1) bench->Args({B, T, H, P, on_host ? 0 : 32});
+    if (!on_host) bench->Args({B, T, H, 0, 0});
+  }
+}
+// The library's kernels with G groups per team and P threads per group (teams of 128 and 256
+// threads), and with the library's plan (P = G = 0): the chains' windows against the steps a window
+// holds (newton_fused.hpp, one_pass_team_groups).
+void one_pass_team_shapes(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"B", "T", "H", "P", "G"});
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
+  for (auto [B, T, H] : one_pass_shapes()) {
+    bench->Args({B, T, H, on_host ? 1 : 0, 0});
+    if (!on_host)
+      for (int G : {32, 16, 8, 4})
+        for (int threads : {256, 128}) bench->Args({B, T, H, threads / G, G});
+  }
 }
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_team_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 1>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:1")
@@ -65,6 +84,7 @@ void one_pass_adjoint_with_bounds(benchmark::State& state) {
   GruProblem problem(B, T, H);
   paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
   config.fused_team_threads = int(state.range(3));
+  config.fused_team_groups = int(state.range(4));
   const auto cell = problem.cell();
   const Space space;
   paraseq::newton_solve(space, cell, problem.u, problem.h, config);
@@ -84,7 +104,7 @@ void one_pass_adjoint_with_bounds(benchmark::State& state) {
 }
 PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<paraseq::detail::LibraryLaunchBounds>)
     ->Name("gru_one_pass_adjoint")
-    ->Apply(one_pass_chunk_shapes);
+    ->Apply(one_pass_team_shapes);
 PARASEQ_BENCHMARK(one_pass_adjoint_with_bounds<void>)->Name("gru_one_pass_adjoint/bounds:none")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_adjoint_with_bounds<Kokkos::LaunchBounds<256, 4>>))
     ->Name("gru_one_pass_adjoint/teams:4")

@@ -125,15 +125,21 @@ int shared_window_threads() {
   return std::min(5, most);
 }
 
-// The one-pass mode with 16-step windows and K iterations: one thread per window, and the window
-// shared by several threads where the space allows it (their maps composed into the window's).
+// The one-pass mode with 16-step windows and K iterations: one thread per window, the window shared
+// by several threads where the space allows it (their maps composed into the window's), and teams
+// of 2 groups, each with those threads (a group per lane, the last tile with an idle lane when the
+// groups are odd).
 inline constexpr int one_pass_window_steps = 16;
 template <class Space>
 std::vector<NewtonConfig> one_pass_configs(int iterations) {
   std::vector<NewtonConfig> configs{with_mode(NewtonMode::one_pass, {}, one_pass_window_steps)};
-  if (const int threads = std::min(4, shared_window_threads<Space>()); threads > 1) {
+  const int most = shared_window_threads<Space>();
+  if (const int threads = std::min(4, most); threads > 1) {
     configs.push_back(configs.back());
     configs.back().fused_team_threads = threads;
+    configs.push_back(configs.back());
+    configs.back().fused_team_threads = std::max(1, std::min(threads, most / 2));
+    configs.back().fused_team_groups = 2;
   }
   for (NewtonConfig& config : configs) config.max_iters = iterations;
   return configs;

@@ -24,7 +24,8 @@ using namespace paraseq::test;
 using Host1 = Kokkos::View<double*, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 // Every mode and several decompositions, K iterations (default 3). The fused window of 40 steps
-// shared by several threads leaves a shorter last chunk whenever T is not a multiple of it.
+// shared by several threads leaves a shorter last chunk whenever T is not a multiple of it; teams
+// of 2 groups (the space's window) leave a lane idle where the groups are odd.
 template <class Space>
 std::vector<NewtonConfig> forward_configs(int iterations = 3) {
   std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton),
@@ -36,6 +37,8 @@ std::vector<NewtonConfig> forward_configs(int iterations = 3) {
   if (const int threads = shared_window_threads<Space>(); threads > 1) {
     configs.push_back(with_mode(NewtonMode::fused, {}, 40));
     configs.back().fused_team_threads = threads;
+    configs.push_back(with_mode(NewtonMode::fused));
+    configs.back().fused_team_groups = 2;
   }
   for (NewtonConfig& config : configs) config.max_iters = iterations;
   return configs;
@@ -45,12 +48,13 @@ std::string describe(const NewtonConfig& c) {
   return "mode=" + std::to_string(int(c.mode)) + " scan=" + std::to_string(c.scan.team_chunks) + "," +
          std::to_string(c.scan.chunk_length) + "," + std::to_string(c.scan.time_chunks) + "," +
          std::to_string(int(c.scan.time_split)) +
-         " window=" + std::to_string(c.fused_window) + " window threads=" + std::to_string(c.fused_team_threads);
+         " window=" + std::to_string(c.fused_window) + " window threads=" + std::to_string(c.fused_team_threads) +
+         " groups=" + std::to_string(c.fused_team_groups);
 }
 
 // Every way the backward runs: the reverse ordered scan in several decompositions, the fused
-// adjoint with the space's plan and with a 40-step window shared by several threads, and the
-// sequential adjoint (one thread per group and window).
+// adjoint with the space's plan, with a 40-step window shared by several threads and with teams of
+// 2 groups, and the sequential adjoint (one thread per group and window).
 template <class Space>
 std::vector<NewtonConfig> backward_configs() {
   std::vector<NewtonConfig> configs{with_mode(NewtonMode::newton), with_mode(NewtonMode::newton, sequential_scan_config),
@@ -65,6 +69,8 @@ std::vector<NewtonConfig> backward_configs() {
     configs.back().fused_team_threads = threads;
     configs.push_back(with_mode(NewtonMode::one_pass, {}, 40));
     configs.back().fused_team_threads = threads;
+    configs.push_back(with_mode(NewtonMode::fused));
+    configs.back().fused_team_groups = 2;
   }
   return configs;
 }

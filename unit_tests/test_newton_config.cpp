@@ -330,6 +330,13 @@ TYPED_TEST(NewtonConfiguration, BadInputRaisesClearErrors) {
   config.mode = NewtonMode::fused;
   config.fused_team_threads = 1024; // more threads per team than any backend allows with this scratch
   expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.fused_team_threads", "threads per team");
+  config = NewtonConfig{};
+  config.fused_team_groups = 1025;
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.fused_team_groups", "<= 1024");
+  config = NewtonConfig{};
+  config.mode = NewtonMode::one_pass;
+  config.fused_team_groups = 1024; // more groups per team than any backend allows with this scratch
+  expect_invalid([&] { newton_solve(Space{}, gru, u, h, config); }, "config.fused_team_groups", "threads per team");
 
   View3<double, Space> x("x", B, T_steps, 5);
   View2<double, Space> W_bad("W", 3 * H, 6);

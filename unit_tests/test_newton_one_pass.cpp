@@ -29,7 +29,7 @@ constexpr int many_windows = 37 * window_steps + 5;
 
 std::string describe(const NewtonConfig& config) {
   return "K=" + std::to_string(config.max_iters) + " window=" + std::to_string(config.fused_window) +
-         " threads=" + std::to_string(config.fused_team_threads);
+         " threads=" + std::to_string(config.fused_team_threads) + " groups=" + std::to_string(config.fused_team_groups);
 }
 
 // Solves `problem` with h0 in the one-pass mode with every config and K iterations, and checks it

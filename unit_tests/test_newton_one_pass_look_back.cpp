@@ -47,7 +47,8 @@ TYPED_TEST(OnePassLookBack, ReadingFourWindowsAtOnceGivesTheSameBits) {
   fill_uniform(h0, -0.5, 0.5, 112);
   fill_uniform(g, -1, 1, 113);
   for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
-    SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads));
+    SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads) +
+                 " groups=" + std::to_string(config.fused_team_groups));
     Kokkos::deep_copy(h_four, NAN);
     one_pass_newton<float>(Space{}, cell, problem.u, h_library, h0, config, shape);
     one_pass_newton<float, 0, LibraryLaunchBounds, 4>(Space{}, cell, problem.u, h_four, h0, config, shape);

@@ -240,6 +240,9 @@ inline void check_newton_config(const NewtonConfig& config, const char* fn = new
   if (config.fused_team_threads < 0 || config.fused_team_threads > 1024)
     bad("fused_team_threads", "value " + std::to_string(config.fused_team_threads),
         "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
+  if (config.fused_team_groups < 0 || config.fused_team_groups > 1024)
+    bad("fused_team_groups", "value " + std::to_string(config.fused_team_groups),
+        "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
   if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
     bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
   if (config.mode == NewtonMode::fused && !is_fusable(config))

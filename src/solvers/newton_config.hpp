@@ -89,6 +89,10 @@ struct NewtonConfig {
   // Threads per group that share one window of the fused mode (each takes window / threads steps,
   // at most the kernel's per-thread capacity); 0 = chosen from the space (newton_fused.hpp).
   int fused_team_threads = 0;
+  // Groups that share one team of the fused and one-pass modes, fused_team_threads threads each;
+  // 0 = chosen from the space (newton_fused.hpp: fewer for the one-pass mode's long sequences of few
+  // groups, whose windows then hold more steps).
+  int fused_team_groups = 0;
 };
 
 // A fixed number of iterations and no residual-driven decision: the solve never reads device data

@@ -282,13 +282,34 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
   return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D);
 }
 
+// The groups per team (lanes) of the one-pass modes on devices, for teams of 256 threads. The
+// windows of a chain (a batch element and a tile of groups) are joined one after another, a memory
+// round trip for every window or two that a look-back walks, so the chains should be many and hold
+// few windows; fewer groups per team give more chains of longer windows (P = 256 / lanes threads
+// per group), but each thread then applies the maps of up to P - 1 threads before it. On the H100
+// (2026-12-07, ParaGRU in float, K = 3, forward and adjoint; docs/performance.md) 16 groups were the
+// fastest or within 1% at (1, 65536, 256) and (4, 2^18, 128) (forward 0.419 and 2.89 ms against
+// 0.443 and 3.01 with 32), and 8 at (1, 2^20, 64), where 16 leave only 4 chains (1.79 against 2.12
+// and 3.19 ms with 32; the adjoint 1.55 against 2.50 and 4.40). Hence: 32 (each step's loads in
+// whole 128-byte lines) where the chains are so many that each holds at most 4 of the teams the
+// device runs at once (4 of 256 threads per 2048 resident threads), as before this rule (not
+// measured against 16 there); 16 where each of its chains holds at most 64; 8 otherwise.
+template <class ExecSpace>
+int one_pass_team_groups(const ExecSpace& space, const ScanShape& shape) {
+  const long resident_teams = std::max(1L, long(space.concurrency()) / 512);
+  const auto chains = [&](int lanes) { return long(shape.batch) * ceil_div(shape.groups, lanes); };
+  if (chains(32) * 4 >= resident_teams) return 32;
+  return chains(16) * 64 >= resident_teams ? 16 : 8;
+}
+
 // Hosts: one thread per window, the longest chunk it holds. Devices: a warp of lanes per chunk for
 // grouped cells, L = the capacity, and P threads per lane so that the teams hold about a quarter
-// of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window and
-// config.fused_team_threads override either (fit_fused_plan checks the team size against the space).
-// The one-pass modes (`windows_at_once`: a team per window, so always teams enough) take at most
-// 256 threads per team: two teams of 8 x 32 threads per SM ran ParaGRU's one-pass forward 3-8%
-// faster than one of 16 x 32 at the same registers (H100, 2026-12-06, gru_one_pass_threads).
+// of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window,
+// config.fused_team_threads and config.fused_team_groups override them (fit_fused_plan checks the
+// team size against the space). The one-pass modes (`windows_at_once`: a team per window, so always
+// teams enough) take one_pass_team_groups and at most 256 threads per team: two teams of 8 x 32
+// threads per SM ran ParaGRU's one-pass forward 3-8% faster than one of 16 x 32 at the same
+// registers (H100, 2026-12-06, gru_one_pass_threads).
 // `capacity` is the kernel's chunk capacity (a kernel built with fewer steps per thread than the
 // space's, as perf_tests/bench_newton.cpp measures, plans with its own).
 template <class Cell, class Acc, class ExecSpace>
@@ -297,7 +318,10 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   constexpr int D = cell_group_bound<Cell>;
   FusedPlan plan;
-  plan.lanes = on_host || Cell::structure::fixed_group_size == 0 ? 1 : 32;
+  plan.lanes = config.fused_team_groups > 0 ? config.fused_team_groups
+               : on_host || Cell::structure::fixed_group_size == 0 ? 1
+               : windows_at_once ? one_pass_team_groups(space, shape)
+                                 : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
   const long per_thread = map_size<D> + D + (windows_at_once ? map_size<D> : 0);
   const long by_scratch = long((48 * 1024 / sizeof(Acc) - plan.lanes * D) / (plan.lanes * per_thread));
@@ -305,7 +329,7 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
   if (config.fused_team_threads > 0) plan.team_chunks = config.fused_team_threads;
   else if (config.fused_window > 0 && !on_host) plan.team_chunks = int(ceil_div(config.fused_window, capacity));
   else if (!on_host) {
-    const long most = windows_at_once ? std::min(16L, 256L / plan.lanes) : 16L;
+    const long most = windows_at_once ? std::max(1, 256 / plan.lanes) : 16L;
     plan.team_chunks = int(std::clamp(std::min(filling, by_scratch), 1L, most));
   }
   plan.chunk_length = config.fused_window > 0 ? int(ceil_div(config.fused_window, plan.team_chunks)) : capacity;
@@ -597,8 +621,12 @@ FusedPlan fit_fused_plan(const ExecSpace& space, FusedPlan plan, int league, con
                            space, league, 1, fused_scratch_bytes<Acc, ExecSpace>(probe))
                            .team_size_max(probe, Kokkos::ParallelForTag{});
   if (plan.team_chunks * plan.lanes <= team_max) return plan;
-  if (config.fused_team_threads > 0 || config.fused_window > 0)
-    throw_invalid(newton_fn, config.fused_team_threads > 0 ? "config.fused_team_threads" : "config.fused_window",
+  const char* asked = config.fused_team_threads > 0 ? "config.fused_team_threads"
+                      : config.fused_window > 0     ? "config.fused_window"
+                      : plan.lanes > team_max       ? "config.fused_team_groups"
+                                                    : nullptr;
+  if (asked)
+    throw_invalid(newton_fn, asked,
                   std::to_string(plan.team_chunks) + " threads per lane x " + std::to_string(plan.lanes) +
                       " lanes (window of " + std::to_string(plan.window) + " steps)",
                   "at most " + std::to_string(team_max) + " threads per team on this space with this scratch");

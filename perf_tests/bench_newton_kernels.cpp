@@ -12,9 +12,10 @@ using namespace paraseq::bench::gru;
 // 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
 // look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
 // threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
-// bounds (2 teams at its registers): resident warps against spills (5 and 6 teams, at most 48 and
-// 40 registers, were slower than 4 at every shape on the H100: 0.654 and 0.858 against 0.558 ms at
-// (1, 65536, 256), 3f24ee8, 2026-12-07). And the library's kernel with its look-backs reading 1 or 4
+// bounds (2 teams at its registers) and for 3 teams (80 registers): resident warps against spills
+// (5 and 6 teams, at most 48 and 40 registers, were slower than 4 at every shape on the H100: 0.654
+// and 0.858 against 0.558 ms at (1, 65536, 256), 3f24ee8, 2026-12-07, with 32 groups per team). And
+// the library's kernel with its look-backs reading 1 or 4
 // earlier windows at once instead of 2 (LookBackReadAhead): registers against rounds of memory
 // latency (8 was slower than 4 at every shape on the H200: fca8119, 2026-12-07, one_pass_read_ahead).
 // The kernels run with G groups per team and P threads per group (windows of L x P steps).
@@ -65,6 +66,9 @@ void one_pass_team_shapes(benchmark::internal::Benchmark* bench) {
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_team_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 3>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:3")
+    ->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 1>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:1")
     ->Apply(one_pass_chunk_shapes);

@@ -446,8 +446,8 @@ TYPED_TEST(Newton, GruGradientsMatchReverseModeOnLargerProblems) {
                                           backward_configs<Space>(), 1e-10);
 }
 
-// In float, every way the backward runs and the one-pass adjoint with the space's own plan (on GPUs
-// the kernel of one_pass_adjoint_launch_bounds, whose other tests run in double), at the float
+// In float, every way the backward runs and the one-pass adjoint with the space's own plan (its
+// float kernel, whose other tests run in double; on GPUs with one_pass_team_groups), at the float
 // solve's h: 1e-5 of the largest gradient (with OpenMP the modes reach 1e-7 .. 2e-7 for du and dh0
 // and 1e-7 .. 1.2e-6 for the sums of da, 2026-12-07).
 TYPED_TEST(Newton, GruGradientsInFloatMatchReverseMode) {

@@ -293,7 +293,9 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // and 3.19 ms with 32; the adjoint 1.55 against 2.50 and 4.40). Hence: 32 (each step's loads in
 // whole 128-byte lines) where the chains are so many that each holds at most 4 of the teams the
 // device runs at once (4 of 256 threads per 2048 resident threads), as before this rule (not
-// measured against 16 there); 16 where each of its chains holds at most 64; 8 otherwise.
+// measured against 16 there); 16 where each of its chains holds at most 64; 8 otherwise. For cells
+// of one state per group (diagonal recurrences); larger groups keep 32 (not measured: their threads
+// compose bigger maps, P - 1 of them per thread and window).
 template <class ExecSpace>
 int one_pass_team_groups(const ExecSpace& space, const ScanShape& shape) {
   const long resident_teams = std::max(1L, long(space.concurrency()) / 512);
@@ -307,7 +309,7 @@ int one_pass_team_groups(const ExecSpace& space, const ScanShape& shape) {
 // of the device's resident threads (at most 16, within 48 KiB of scratch). config.fused_window,
 // config.fused_team_threads and config.fused_team_groups override them (fit_fused_plan checks the
 // team size against the space). The one-pass modes (`windows_at_once`: a team per window, so always
-// teams enough) take one_pass_team_groups and at most 256 threads per team: two teams of 8 x 32
+// teams enough) take at most 256 threads per team (and one_pass_team_groups): two teams of 8 x 32
 // threads per SM ran ParaGRU's one-pass forward 3-8% faster than one of 16 x 32 at the same
 // registers (H100, 2026-12-06, gru_one_pass_threads).
 // `capacity` is the kernel's chunk capacity (a kernel built with fewer steps per thread than the
@@ -320,8 +322,8 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
   FusedPlan plan;
   plan.lanes = config.fused_team_groups > 0 ? config.fused_team_groups
                : on_host || Cell::structure::fixed_group_size == 0 ? 1
-               : windows_at_once ? one_pass_team_groups(space, shape)
-                                 : 32;
+               : windows_at_once && Cell::structure::fixed_group_size == 1 ? one_pass_team_groups(space, shape)
+                                                                           : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
   const long per_thread = map_size<D> + D + (windows_at_once ? map_size<D> : 0);
   const long by_scratch = long((48 * 1024 / sizeof(Acc) - plan.lanes * D) / (plan.lanes * per_thread));
@@ -374,15 +376,17 @@ struct LinearizedStep {
 };
 
 // ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
-// benchmark builds the kernel with another).
+// benchmark builds the kernel with another). Recompute: evaluate the cell again in the re-run even
+// where fused_caches_linearization would keep (f, J) (a benchmark's variant: fewer registers, more
+// work; the same results, since the re-run evaluates it at the compose phase's arguments).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
-          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>, bool Recompute = false>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
   static constexpr int MapSize = map_size<D>;
   static constexpr int Capacity = ChunkCapacity;
-  static constexpr bool Cached = fused_caches_linearization<Cell>;
+  static constexpr bool Cached = fused_caches_linearization<Cell> && !Recompute;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   // None (fused_launch_bounds): with P = 8 threads per lane and 3 teams per SM (80 registers) the

@@ -113,11 +113,12 @@ struct OnePassChain {
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
 // with FusedNewton's machinery and OnePassChain. LaunchBounds: a Kokkos::LaunchBounds to compile it
 // with, or void (fused_launch_bounds); LookBackReadAhead: the earlier windows a look-back reads at
-// once (exchange_through_look_back's ReadAhead).
+// once (exchange_through_look_back's ReadAhead); Recompute: FusedNewton's.
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          class LaunchBounds, int LookBackReadAhead>
+          class LaunchBounds, int LookBackReadAhead, bool Recompute>
 struct OnePassNewton {
-  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
+  using core_type =
+      FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity, Recompute>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D, LookBackReadAhead>;
   using launch_bounds = LaunchBounds;
@@ -164,20 +165,22 @@ using one_pass_launch_bounds =
 struct LibraryLaunchBounds {};
 
 // The earlier windows the library's one-pass forward reads at once in a look-back
-// (exchange_through_look_back's ReadAhead). On the H200 (fca8119, 2026-12-07, ParaGRU in float, P = 8)
-// reading 2 ran (1, 65536, 256) in 0.411 ms, (1, 2^20, 64) in 3.17 and (4, 2^18, 128) in 2.75;
-// reading 1 in 0.428, 4.54 and 2.35, 4 in 0.557, 3.95 and 3.83, 8 in 0.704, 5.06 and 5.08: every
-// window read is a word in flight and registers that the 64-register kernel spills.
-inline constexpr int one_pass_read_ahead = 2;
+// (exchange_through_look_back's ReadAhead): every window read is a word in flight and registers
+// that the 64-register kernel spills. On the H100 (24471d3, 2026-12-07, ParaGRU in float, the teams
+// of one_pass_team_groups) reading 1 ran (1, 65536, 256) in 0.351 ms, (1, 2^20, 64) in 1.68 and
+// (4, 2^18, 128) in 2.28, reading 2 in 0.418, 1.79 and 2.89, reading 4 in 0.639, 2.65 and 4.80
+// (with 32 groups per team, on the H200, 2 had been the faster at the first two shapes).
+inline constexpr int one_pass_read_ahead = 1;
 
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
-// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead).
+// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead); Recompute:
+// the cell evaluated again in the re-run instead of keeping each step's (f, J) (FusedNewton's).
 // perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
 // windows and against resident teams.
 template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds,
-          int LookBackReadAhead = one_pass_read_ahead,
+          int LookBackReadAhead = one_pass_read_ahead, bool Recompute = false,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
@@ -186,7 +189,7 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
   using functor_type =
-      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead>;
+      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead, Recompute>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>, W = words_per_value<Acc>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

@@ -132,18 +132,6 @@ struct OnePassAdjoint {
   }
 };
 
-// The library's launch bounds for the one-pass adjoint. On devices, for the cells of the one-pass
-// forward's bounds (one_pass_launch_bounds: one state per group, at most 3 inputs per step, float),
-// 3 teams of at most 256 threads per SM with their registers capped at 80 instead of 2 teams at
-// the 90 ptxas would take: on the H100 (8842ec1, 2026-12-07, gru_one_pass_adjoint) ParaGRU's
-// adjoint at (1, 65536, 256) took 0.402 ms against 0.449 without bounds and 0.424 with the
-// forward's 4 teams at 64 registers (120 bytes of spill stores), 2.04 against 2.29 at (1, 2^20, 64)
-// and 2.86 against 3.22 at (4, 2^18, 128). Other cells, double and hosts: none (not measured).
-template <class Acc, class Cell, class ExecSpace>
-using one_pass_adjoint_launch_bounds =
-    std::conditional_t<std::is_same_v<one_pass_launch_bounds<Acc, Cell, ExecSpace>, void>, void,
-                       Kokkos::LaunchBounds<256, 3>>;
-
 // The later windows the library's one-pass adjoint reads at once in a look-back
 // (exchange_through_look_back's ReadAhead). On the H200 (fca8119, 2026-12-07, ParaGRU in float, P = 8)
 // reading 1 ran (1, 65536, 256) in 0.386 ms, (1, 2^20, 64) in 4.44 and (4, 2^18, 128) in 2.34;
@@ -152,9 +140,14 @@ inline constexpr int one_pass_adjoint_read_ahead = 1;
 
 // Runs the one-pass adjoint: dL/du into du (and dL/dh0 into dh0), and returns the parameter rows,
 // [windows * B, cell.param_count()], for sum_partials. LaunchBounds: LibraryLaunchBounds (the
-// library's kernels), void (none) or a Kokkos::LaunchBounds; LookBackReadAhead: the later windows a
-// look-back reads at once (one_pass_adjoint_read_ahead); perf_tests/bench_newton_kernels.cpp builds
-// the others.
+// library's kernels: none, so ptxas takes the registers it wants), void (none) or a
+// Kokkos::LaunchBounds; LookBackReadAhead: the later windows a look-back reads at once
+// (one_pass_adjoint_read_ahead); perf_tests/bench_newton_kernels.cpp builds the others. With the
+// teams of one_pass_team_groups, ParaGRU's adjoint in float at ptxas's registers (2 teams of 256
+// threads per SM) took 0.333 ms at (1, 65536, 256), 1.49 at (1, 2^20, 64) and 2.15 at
+// (4, 2^18, 128) on the H100 (24471d3, 2026-12-07), against 0.365, 1.56 and 2.52 with 3 teams
+// at 80 registers (the library's bounds with 32 groups per team, when they were the faster) and
+// 0.407, 1.67 and 2.96 with 4 at 64.
 template <class Acc, class LaunchBounds = LibraryLaunchBounds, int LookBackReadAhead = one_pass_adjoint_read_ahead,
           class ExecSpace, class Cell,
           class UView, class HView, class H0View, class GView, class DUView, class DH0View>
@@ -162,8 +155,7 @@ Kokkos::View<Acc**, Kokkos::LayoutRight, typename ExecSpace::memory_space>
 one_pass_adjoint(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                  const GView& g, const DUView& du, const DH0View& dh0, const NewtonConfig& config,
                  const ScanShape& shape) {
-  using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
-                                    one_pass_adjoint_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
+  using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>, void, LaunchBounds>;
   using functor_type =
       OnePassAdjoint<Acc, ExecSpace, Cell, UView, HView, H0View, GView, DUView, DH0View, bounds, LookBackReadAhead>;
   using partial_view = typename functor_type::partial_view;

@@ -7,8 +7,7 @@
 // windows; with a few host threads, mostly one or two, so the exchange itself is also checked with
 // look-backs across 0 to 70 entries set up in memory, with stale states (an earlier call's tag) in
 // between: the state it hands on and publishes against the float64 loop over the maps in between
-// (1e-14), and bitwise between reading 1 and 4 entries at once. Also the forward bitwise the same
-// when its re-run evaluates the cell again instead of keeping (f, J).
+// (1e-14), and bitwise between reading 1 and 4 entries at once.
 
 #include <paraseq/solvers/cells.hpp>
 #include <paraseq/solvers/newton.hpp>
@@ -63,29 +62,6 @@ TYPED_TEST(OnePassLookBack, ReadingFourWindowsAtOnceGivesTheSameBits) {
     EXPECT_TRUE(bitwise_equal(du_library, du_four));
     EXPECT_TRUE(bitwise_equal(dh0_library, dh0_four));
     EXPECT_TRUE(bitwise_equal(rows_library, rows_four));
-  }
-}
-
-// The forward's re-run evaluating the cell again where the library's kernel keeps each step's (f, J)
-// from the compose phase (one_pass_newton's Recompute, a benchmark's variant): at the same
-// arguments, so bitwise the same h.
-TYPED_TEST(OnePassLookBack, RecomputingTheLinearizationGivesTheSameBits) {
-  using Space = TypeParam;
-  const int B = 2, T = 64 * one_pass_window_steps + 7, H = 33;
-  GruProblem<float, Space> problem(B, T, H, 0.5, 114, 1.5);
-  const auto cell = problem.cell();
-  const ScanShape shape = newton_shape(cell, problem.u);
-  View3<float, Space> h_library("h_library", B, T, H), h_recomputed("h_recomputed", B, T, H);
-  View2<float, Space> h0("h0", B, H);
-  fill_uniform(h0, -0.5, 0.5, 115);
-  for (const NewtonConfig& config : one_pass_configs<Space>(3)) {
-    SCOPED_TRACE("threads=" + std::to_string(config.fused_team_threads) +
-                 " groups=" + std::to_string(config.fused_team_groups));
-    Kokkos::deep_copy(h_recomputed, NAN);
-    one_pass_newton<float>(Space{}, cell, problem.u, h_library, h0, config, shape);
-    one_pass_newton<float, 0, LibraryLaunchBounds, paraseq::detail::one_pass_read_ahead, true>(
-        Space{}, cell, problem.u, h_recomputed, h0, config, shape);
-    EXPECT_TRUE(bitwise_equal(h_library, h_recomputed));
   }
 }
 

@@ -376,17 +376,15 @@ struct LinearizedStep {
 };
 
 // ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
-// benchmark builds the kernel with another). Recompute: evaluate the cell again in the re-run even
-// where fused_caches_linearization would keep (f, J) (a benchmark's variant: fewer registers, more
-// work; the same results, since the re-run evaluates it at the compose phase's arguments).
+// benchmark builds the kernel with another).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
-          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>, bool Recompute = false>
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
   static constexpr int MapSize = map_size<D>;
   static constexpr int Capacity = ChunkCapacity;
-  static constexpr bool Cached = fused_caches_linearization<Cell> && !Recompute;
+  static constexpr bool Cached = fused_caches_linearization<Cell>;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   // None (fused_launch_bounds): with P = 8 threads per lane and 3 teams per SM (80 registers) the

@@ -113,12 +113,11 @@ struct OnePassChain {
 // The kernel: a team per (window, batch element, tile), in ticket order, each running its window
 // with FusedNewton's machinery and OnePassChain. LaunchBounds: a Kokkos::LaunchBounds to compile it
 // with, or void (fused_launch_bounds); LookBackReadAhead: the earlier windows a look-back reads at
-// once (exchange_through_look_back's ReadAhead); Recompute: FusedNewton's.
+// once (exchange_through_look_back's ReadAhead).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          class LaunchBounds, int LookBackReadAhead, bool Recompute>
+          class LaunchBounds, int LookBackReadAhead>
 struct OnePassNewton {
-  using core_type =
-      FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity, Recompute>; // no early exit
+  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D, LookBackReadAhead>;
   using launch_bounds = LaunchBounds;
@@ -147,19 +146,21 @@ struct OnePassNewton {
 };
 
 // The library's launch bounds for the one-pass forward. On devices, cells with one state per group
-// and at most 3 inputs per step, in float (ParaGRU), run as 4 teams of at most 256 threads per SM
-// with their registers capped at 64 (ptxas keeps the rest of a thread's chunk in local memory, which
-// the L1 cache holds) instead of 2 teams at the 108 registers ptxas would take: on the H100 that
-// ran ParaGRU's one-pass forward at (1, 65536, 256) in 0.561 instead of 0.682 ms, at (1, 2^20, 64)
-// in 2.80 instead of 3.17 ms and at (4, 2^18, 128) in 4.00 instead of 5.14 ms (68b5ee0, 2026-12-06,
-// gru_one_pass_chunks; 3 teams at 80 registers in between). Other cells, double and hosts: none
-// (not measured).
+// and at most 3 inputs per step, in float (ParaGRU), run as 3 teams of at most 256 threads per SM
+// with their registers capped at 80 (ptxas keeps the rest of a thread's chunk in local memory, which
+// the L1 cache holds) instead of 2 teams at the 108 registers ptxas would take. With the teams of
+// one_pass_team_groups and look-backs reading one window at a time, on the H100 (54d21b3,
+// 2026-12-07, gru_one_pass_chunks) that ran ParaGRU's one-pass forward at (1, 65536, 256) in
+// 0.343 ms, at (1, 2^20, 64) in 1.66 and at (4, 2^18, 128) in 2.15, against 0.350, 1.67 and 2.27
+// at 4 teams (64 registers) and 0.401, 1.89 and 2.55 without bounds. (With 32 groups per team and
+// look-backs reading 4 windows at once, 4 teams had been the faster: 68b5ee0, 2026-12-06.) Other
+// cells, double and hosts: none (not measured).
 template <class Acc, class Cell, class ExecSpace>
 using one_pass_launch_bounds =
     std::conditional_t<!Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible &&
                            std::is_same_v<Acc, float> && Cell::structure::fixed_group_size == 1 &&
                            Cell::max_inputs_per_group <= 3,
-                       Kokkos::LaunchBounds<256, 4>, void>;
+                       Kokkos::LaunchBounds<256, 3>, void>;
 
 // one_pass_newton's LaunchBounds when the library's choice (one_pass_launch_bounds) is wanted.
 struct LibraryLaunchBounds {};
@@ -175,12 +176,11 @@ inline constexpr int one_pass_read_ahead = 1;
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
-// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead); Recompute:
-// the cell evaluated again in the re-run instead of keeping each step's (f, J) (FusedNewton's).
+// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead).
 // perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
 // windows and against resident teams.
 template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds,
-          int LookBackReadAhead = one_pass_read_ahead, bool Recompute = false,
+          int LookBackReadAhead = one_pass_read_ahead,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
@@ -189,7 +189,7 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
   using functor_type =
-      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead, Recompute>;
+      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>, W = words_per_value<Acc>;
   FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);

@@ -327,6 +327,17 @@ namespace detail {
 // team at a barrier, and every thread fences before it reads. (The one-pass Newton kernels' values
 // carry their own tags instead: newton_fused.hpp's TaggedWord.)
 
+// The order in which one-pass teams start (OrderedScan's ChainedTag, the one-pass Newton kernels):
+// the team's first thread draws the next ticket from counter(0) (zeroed before the launch) and
+// hands it to the team, so every entry a team waits for belongs to a team that started before it.
+template <class Member, class CounterView>
+KOKKOS_INLINE_FUNCTION int take_ticket(const Member& team, const CounterView& counter) {
+  int ticket = 0;
+  if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&counter(0), 1);
+  team.team_broadcast(ticket, 0);
+  return ticket;
+}
+
 // Polls `status` until it is not 0; returns what it became.
 KOKKOS_INLINE_FUNCTION int wait_for_status(const int* status) {
   const volatile int* polled = status;
@@ -575,9 +586,7 @@ private:
   template <bool StagedOnly, class Member>
   KOKKOS_FUNCTION void chained(const Member& team) const {
     const int teams_per_chunk = shape_.batch * tiles_;
-    int ticket = 0;
-    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&status_(0), 1);
-    team.team_broadcast(ticket, 0);
+    const int ticket = take_ticket(team, status_);
     const int chunk = ticket / teams_per_chunk, tile = ticket % teams_per_chunk % tiles_;
     const int batch = ticket % teams_per_chunk / tiles_;
     const int begin = chunk * plan_.chunk_steps, end = Kokkos::min(shape_.steps, begin + plan_.chunk_steps);

@@ -154,6 +154,10 @@ inline constexpr int words_per_value = [] {
   return int(sizeof(Acc) / sizeof(std::uint32_t));
 }();
 
+// The unsigned integer of a value's bits (Kokkos::bit_cast's other side).
+template <class Acc>
+using value_bits = std::conditional_t<sizeof(Acc) == 4, std::uint32_t, std::uint64_t>;
+
 KOKKOS_INLINE_FUNCTION void store_word(TaggedWord* to, TaggedWord word) {
   KOKKOS_IF_ON_DEVICE((*static_cast<volatile TaggedWord*>(to) = word;))
   KOKKOS_IF_ON_HOST((std::atomic_ref<TaggedWord>(*to).store(word, std::memory_order_relaxed);))
@@ -168,10 +172,9 @@ KOKKOS_INLINE_FUNCTION TaggedWord load_word(const TaggedWord* from) {
 // Publishes `count` values at `to` (count x words_per_value<Acc> words) with `tag`.
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void publish_tagged(TaggedWord* to, const Acc* values, int count, std::uint32_t tag) {
-  using Bits = std::conditional_t<sizeof(Acc) == 4, std::uint32_t, std::uint64_t>;
   constexpr int W = words_per_value<Acc>;
   for (int i = 0; i < count; ++i) {
-    const Bits bits = Kokkos::bit_cast<Bits>(values[i]);
+    const value_bits<Acc> bits = Kokkos::bit_cast<value_bits<Acc>>(values[i]);
     for (int w = 0; w < W; ++w)
       store_word(to + i * W + w, (TaggedWord(tag) << 32) | std::uint32_t(std::uint64_t(bits) >> (32 * w)));
   }
@@ -181,7 +184,6 @@ KOKKOS_INLINE_FUNCTION void publish_tagged(TaggedWord* to, const Acc* values, in
 // some of `values` are not this call's).
 template <class Acc, int Count>
 KOKKOS_INLINE_FUNCTION bool read_tagged(const TaggedWord* from, std::uint32_t tag, Acc* values) {
-  using Bits = std::conditional_t<sizeof(Acc) == 4, std::uint32_t, std::uint64_t>;
   constexpr int W = words_per_value<Acc>;
   bool tagged = true;
   for (int i = 0; i < Count; ++i) {
@@ -191,7 +193,7 @@ KOKKOS_INLINE_FUNCTION bool read_tagged(const TaggedWord* from, std::uint32_t ta
       tagged &= std::uint32_t(word >> 32) == tag;
       bits |= std::uint64_t(std::uint32_t(word)) << (32 * w);
     }
-    values[i] = Kokkos::bit_cast<Acc>(Bits(bits));
+    values[i] = Kokkos::bit_cast<Acc>(value_bits<Acc>(bits));
   }
   return tagged;
 }
@@ -292,7 +294,8 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // 0.443 and 3.01 with 32), and 8 at (1, 2^20, 64), where 16 leave only 4 chains (1.79 against 2.12
 // and 3.19 ms with 32; the adjoint 1.55 against 2.50 and 4.40). Hence: 32 (each step's loads in
 // whole 128-byte lines) where the chains are so many that each holds at most 4 of the teams the
-// device runs at once (4 of 256 threads per 2048 resident threads), as before this rule (not
+// device runs at once (counted as 4 teams of 256 threads per 2048 resident threads, the forward's
+// when this was measured; since, it runs 3 and the adjoint 2), as before this rule (not
 // measured against 16 there); 16 where each of its chains holds at most 64; 8 otherwise. For cells
 // of one state per group (diagonal recurrences); larger groups keep 32 (not measured: their threads
 // compose bigger maps, P - 1 of them per thread and window).

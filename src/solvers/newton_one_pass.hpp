@@ -132,9 +132,7 @@ struct OnePassNewton {
   KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return core.scratch_count(); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    int ticket = 0;
-    if (team.team_rank() == 0) ticket = Kokkos::atomic_fetch_add(&next_ticket(0), 1);
-    team.team_broadcast(ticket, 0);
+    const int ticket = take_ticket(team, next_ticket);
     const int per_window = core.shape.batch * core.tiles, team_index = ticket % per_window;
     const FusedThread me = fused_thread(team, plan, core.tiles, core.shape.groups, team_index);
     chain_type mine = chain;

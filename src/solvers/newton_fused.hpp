@@ -226,21 +226,26 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool 
       // before it looks back, so the wait for either is short.
       Acc maps[R][MapSize], states[R][D];
       bool has_map[R], has_state[R];
+      // Slot r's words of entry k: its state's and map's (read_entry), or its map's alone (read_map).
+      auto read_entry = [&](int r, int k) {
+        has_state[r] = read_tagged<Acc, D>(state_at(k), tag, states[r]);
+        has_map[r] = read_tagged<Acc, MapSize>(map_at(k), tag, maps[r]);
+      };
+      auto read_map = [&](int r, int k) { has_map[r] = read_tagged<Acc, MapSize>(map_at(k), tag, maps[r]); };
+      Acc next[D];
+      auto apply_map = [&](int r) {
+        map_apply<Acc, D>(d, maps[r], entering, next);
+        for (int i = 0; i < d; ++i) entering[i] = next[i];
+      };
       int known = -1, newest = at - 1;
       for (;; newest -= R) {
         PARASEQ_UNROLL
         for (int r = 0; r < R; ++r)
-          if (newest - r >= 0) {
-            has_state[r] = read_tagged<Acc, D>(state_at(newest - r), tag, states[r]);
-            has_map[r] = read_tagged<Acc, MapSize>(map_at(newest - r), tag, maps[r]);
-          }
+          if (newest - r >= 0) read_entry(r, newest - r);
         PARASEQ_UNROLL
         for (int r = 0; r < R; ++r)
           if (known < 0 && newest - r >= 0) {
-            while (!has_state[r] && !has_map[r]) {
-              has_state[r] = read_tagged<Acc, D>(state_at(newest - r), tag, states[r]);
-              has_map[r] = read_tagged<Acc, MapSize>(map_at(newest - r), tag, maps[r]);
-            }
+            while (!has_state[r] && !has_map[r]) read_entry(r, newest - r);
             if (has_state[r]) {
               known = newest - r;
               for (int i = 0; i < D; ++i) entering[i] = states[r][i];
@@ -249,23 +254,18 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool 
         if (known >= 0) break;
       }
       // The maps after the state, in order: this round's from registers, the newer rounds' again.
-      Acc next[D];
       PARASEQ_UNROLL
       for (int r = R - 1; r >= 0; --r)
-        if (newest - r > known) {
-          map_apply<Acc, D>(d, maps[r], entering, next);
-          for (int i = 0; i < d; ++i) entering[i] = next[i];
-        }
+        if (newest - r > known) apply_map(r);
       for (int first = newest + 1; first < at; first += R) {
         PARASEQ_UNROLL
         for (int r = 0; r < R; ++r)
-          if (first + r < at) has_map[r] = read_tagged<Acc, MapSize>(map_at(first + r), tag, maps[r]);
+          if (first + r < at) read_map(r, first + r);
         PARASEQ_UNROLL
         for (int r = 0; r < R; ++r)
           if (first + r < at) {
-            while (!has_map[r]) has_map[r] = read_tagged<Acc, MapSize>(map_at(first + r), tag, maps[r]);
-            map_apply<Acc, D>(d, maps[r], entering, next);
-            for (int i = 0; i < d; ++i) entering[i] = next[i];
+            while (!has_map[r]) read_map(r, first + r);
+            apply_map(r);
           }
       }
     }

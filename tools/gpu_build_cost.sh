@@ -198,7 +198,7 @@ targets+='|gru_forward(_backward)?/B:16/T:4096/H:1024/|gru_(forward|newton).*B:1
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:20/n:2/steps:1000/gradient:[012]/stepped:0|rk4_fixed/log2N:16/n:2/steps:1000/gradient:0/stepped:0'
 targets+='|(rk4_fixed|dopri5_adaptive)/log2N:16/n:(8|32)/steps:1000/gradient:[012]/stepped:0' # fields of run-time size
 targets+='|rk4_gradient_interval/log2N:20/' # the RK4 gradient against its checkpoint interval
-targets+='|gru_one_pass_(threads|chunks)/|gru_forward_iterations/' # the one-pass mode's threads per lane and steps per thread; both long-sequence modes at K = 1..4
+targets+='|gru_one_pass_(threads|chunks)/|gru_forward_iterations/' # the one-pass mode's groups per team, threads per group and steps per thread; both long-sequence modes at K = 1..4
 targets=${PARASEQ_BENCH_FILTER:-$targets}
 bench() { # build_dir report
   python3 "$repo/perf_tests/run_benchmarks.py" --build-dir "$1" --out "$2" --filter "$targets" --repetitions 3 \

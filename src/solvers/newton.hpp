@@ -72,9 +72,11 @@
 #include <Kokkos_Profiling_ScopedRegion.hpp>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace paraseq {
 
@@ -237,12 +239,11 @@ inline void check_newton_config(const NewtonConfig& config, const char* fn = new
   if (config.picard_iters < 0) bad("picard_iters", "value " + std::to_string(config.picard_iters), "a value >= 0");
   if (config.fused_window < 0)
     bad("fused_window", "value " + std::to_string(config.fused_window), "a value >= 0 (0: chosen from the space)");
-  if (config.fused_team_threads < 0 || config.fused_team_threads > 1024)
-    bad("fused_team_threads", "value " + std::to_string(config.fused_team_threads),
-        "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
-  if (config.fused_team_groups < 0 || config.fused_team_groups > 1024)
-    bad("fused_team_groups", "value " + std::to_string(config.fused_team_groups),
-        "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
+  for (const auto& [field, value] : {std::pair{"fused_team_threads", config.fused_team_threads},
+                                     std::pair{"fused_team_groups", config.fused_team_groups}})
+    if (value < 0 || value > 1024)
+      bad(field, "value " + std::to_string(value),
+          "a value >= 0 and <= 1024, the most threads a team has on any backend (0: chosen from the space)");
   if (config.picard_adapt && !config.residual_fail && !config.residual_atol)
     bad("picard_adapt", "true without a residual threshold", "residual_fail or residual_atol to be set");
   if (config.mode == NewtonMode::fused && !is_fusable(config))

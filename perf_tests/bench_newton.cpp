@@ -148,10 +148,8 @@ PARASEQ_BENCHMARK(gru_forward_fused_threads)->Apply(fused_thread_counts);
 // (P = G = 0; newton_fused.hpp, one_pass_team_groups) against teams of 256 threads for 32, 16 and 8
 // groups (32 groups of 8 threads: the library's plan before one_pass_team_groups, 2026-12-07).
 void gru_one_pass_threads(benchmark::State& state) {
-  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
-  config.fused_team_threads = int(state.range(3));
-  config.fused_team_groups = int(state.range(4));
-  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), config, state.range(5) != 0);
+  time_gru(state, int(state.range(0)), int(state.range(1)), int(state.range(2)), one_pass_config(state),
+           state.range(5) != 0);
 }
 void one_pass_thread_counts(benchmark::internal::Benchmark* bench) {
   bench->ArgNames({"B", "T", "H", "P", "G", "backward"});

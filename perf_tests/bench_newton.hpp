@@ -59,4 +59,13 @@ inline std::vector<int> one_pass_thread_choices() {
   return {2, 4, 8};
 }
 
+// The one-pass mode's config for a benchmark whose arguments 3 and 4 are P (threads per group) and G
+// (groups per team); 0 leaves either to the library's plan.
+inline NewtonConfig one_pass_config(const benchmark::State& state) {
+  NewtonConfig config = config_of(NewtonMode::one_pass);
+  config.fused_team_threads = int(state.range(3));
+  config.fused_team_groups = int(state.range(4));
+  return config;
+}
+
 } // namespace paraseq::bench::gru

@@ -21,14 +21,6 @@ using namespace paraseq::bench::gru;
 // of memory latency (8 was slower than 4 at every shape on the H200: fca8119, 2026-12-07;
 // one_pass_read_ahead).
 // The kernels run with G groups per team and P threads per group (windows of L x P steps).
-// The one-pass config of a benchmark's arguments (B, T, H, P, G): P threads per group, G groups per team.
-paraseq::NewtonConfig one_pass_config(const benchmark::State& state) {
-  paraseq::NewtonConfig config = config_of(paraseq::NewtonMode::one_pass);
-  config.fused_team_threads = int(state.range(3));
-  config.fused_team_groups = int(state.range(4));
-  return config;
-}
-
 template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
           int LookBackReadAhead = paraseq::detail::one_pass_read_ahead>
 void one_pass_with_chunks(benchmark::State& state) {

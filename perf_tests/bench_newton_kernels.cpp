@@ -10,19 +10,21 @@ using namespace paraseq::bench::gru;
 
 // The one-pass forward built with L = 4 or 8 steps per thread (the library's kernel on devices has
 // 8, with each step's (f, J) cached): a thread's registers against the windows' count, which the
-// look-back walks. And the library's L = 8 kernel (on devices 3 resident teams of at most 256
-// threads per SM, 80 registers: one_pass_launch_bounds) against the same kernel without launch
-// bounds (2 teams at its registers) and for 4 teams (64 registers): resident warps against spills
-// (5 and 6 teams, at most 48 and 40 registers, were slower than 4 at every shape on the H100: 0.654
-// and 0.858 against 0.558 ms at (1, 65536, 256), 3f24ee8, 2026-12-07, with 32 groups per team;
-// evaluating the cell again in the re-run instead of keeping (f, J), 16 registers fewer, was 5-13%
-// slower at 4 and 3 teams: 54d21b3, 2026-12-07). And the library's kernel with its look-backs
-// reading 2 or 4 earlier windows at once instead of 1 (LookBackReadAhead): registers against rounds
-// of memory latency (8 was slower than 4 at every shape on the H200: fca8119, 2026-12-07;
-// one_pass_read_ahead).
+// look-back walks. And the library's L = 8 kernel (on devices 4 resident teams of at most 256
+// threads per SM, 64 registers: one_pass_launch_bounds) against the same kernel without launch
+// bounds (3 teams at its 72 registers) and for 3 teams (80 registers): resident warps against
+// spills (5 and 6 teams, at most 48 and 40 registers, were slower than 4 at every shape on the H100:
+// 0.654 and 0.858 against 0.558 ms at (1, 65536, 256), 3f24ee8, 2026-12-07, with 32 groups per team
+// and the inputs in registers; evaluating the cell again in the re-run instead of keeping (f, J),
+// 16 registers fewer, was 5-13% slower at 4 and 3 teams: 54d21b3, 2026-12-07). And the library's
+// kernel with its look-backs reading 2 earlier windows at once instead of 1 (LookBackReadAhead):
+// registers against rounds of memory latency (4 and 8 were slower still on the H100 and the H200:
+// 24471d3 and fca8119, 2026-12-07; one_pass_read_ahead). And the library's kernel keeping its
+// chunks' inputs in registers instead of team scratch (one_pass_chunk_inputs).
 // The kernels run with G groups per team and P threads per group (windows of L x P steps).
 template <int ChunkCapacity, class LaunchBounds = paraseq::detail::LibraryLaunchBounds,
-          int LookBackReadAhead = paraseq::detail::one_pass_read_ahead>
+          int LookBackReadAhead = paraseq::detail::one_pass_read_ahead,
+          class InputsAt = paraseq::detail::LibraryChunkInputs>
 void one_pass_with_chunks(benchmark::State& state) {
   const int B = int(state.range(0)), T = int(state.range(1)), H = int(state.range(2));
   GruProblem problem(B, T, H);
@@ -35,8 +37,8 @@ void one_pass_with_chunks(benchmark::State& state) {
   const paraseq::ScanShape shape = paraseq::detail::newton_shape(cell, u);
   const double elements = double(B) * T * H;
   paraseq::bench::time_fenced(state, 16 * elements, forward_flops_per_element * elements, [&](const Space& space) {
-    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds, LookBackReadAhead>(space, cell, u, h, no_h0,
-                                                                                         config, shape);
+    paraseq::detail::one_pass_newton<float, ChunkCapacity, LaunchBounds, LookBackReadAhead, InputsAt>(
+        space, cell, u, h, no_h0, config, shape);
   });
 }
 // The kernels' variants with P threads for each of 32 groups per team (the library's plan before
@@ -66,14 +68,15 @@ void one_pass_team_shapes(benchmark::internal::Benchmark* bench) {
 PARASEQ_BENCHMARK(one_pass_with_chunks<4>)->Name("gru_one_pass_chunks/L:4")->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK(one_pass_with_chunks<8>)->Name("gru_one_pass_chunks/L:8")->Apply(one_pass_team_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, void>))->Name("gru_one_pass_chunks/L:8/bounds:none")->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 4>>))
-    ->Name("gru_one_pass_chunks/L:8/teams:4")
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, Kokkos::LaunchBounds<256, 3>>))
+    ->Name("gru_one_pass_chunks/L:8/teams:3")
     ->Apply(one_pass_chunk_shapes);
 PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 2>))
     ->Name("gru_one_pass_chunks/L:8/read_ahead:2")
     ->Apply(one_pass_chunk_shapes);
-PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, 4>))
-    ->Name("gru_one_pass_chunks/L:8/read_ahead:4")
+PARASEQ_BENCHMARK((one_pass_with_chunks<8, paraseq::detail::LibraryLaunchBounds, paraseq::detail::one_pass_read_ahead,
+                                         paraseq::detail::chunk_inputs_at<paraseq::detail::ChunkInputs::registers>>))
+    ->Name("gru_one_pass_chunks/L:8/registers")
     ->Apply(one_pass_chunk_shapes);
 
 // The one-pass adjoint alone at the converged trajectory, with G groups per team and P threads per

@@ -276,12 +276,27 @@ KOKKOS_INLINE_FUNCTION void exchange_through_look_back(const Member& team, bool 
   team.team_barrier();
 }
 
-// Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, and
-// the carry per lane ([P][lanes][map + d] + [lanes][d]).
+// Where a fused thread keeps its chunk's inputs from one iteration to the next: in its registers
+// (the fused kernels), or in team scratch ([step][input][thread], consecutive threads in
+// consecutive banks), which frees Capacity x Inputs registers of a thread whose compose phase
+// reads each input once per iteration (the one-pass forward: one_pass_chunk_inputs).
+enum class ChunkInputs { registers, team_scratch };
+
+// The values a thread stages in team scratch: its chunk's inputs, or none.
 template <class Cell>
-KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPlan& plan) {
+KOKKOS_INLINE_FUNCTION constexpr std::size_t staged_input_values(ChunkInputs inputs_at, int capacity) {
+  return inputs_at == ChunkInputs::team_scratch ? std::size_t(capacity) * Cell::max_inputs_per_group : 0;
+}
+
+// Team scratch of the fused kernel, in values of Acc: a map and a boundary state per thread, the
+// carry per lane ([P][lanes][map + d] + [lanes][d]), and the staged inputs of a kernel that keeps
+// them there ([Capacity][Inputs][P x lanes]).
+template <class Cell>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPlan& plan, ChunkInputs inputs_at,
+                                                                  int capacity) {
   constexpr int D = cell_group_bound<Cell>;
-  return std::size_t(plan.lanes) * (std::size_t(plan.team_chunks) * (map_size<D> + D) + D);
+  const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
+  return threads * (map_size<D> + D + staged_input_values<Cell>(inputs_at, capacity)) + std::size_t(plan.lanes) * D;
 }
 
 // The groups per team (lanes) of the one-pass modes on devices, for teams of 256 threads. The
@@ -316,10 +331,12 @@ int one_pass_team_groups(const ExecSpace& space, const ScanShape& shape) {
 // threads per SM ran ParaGRU's one-pass forward 3-8% faster than one of 16 x 32 at the same
 // registers (H100, 2026-12-06, gru_one_pass_threads).
 // `capacity` is the kernel's chunk capacity (a kernel built with fewer steps per thread than the
-// space's, as perf_tests/bench_newton.cpp measures, plans with its own).
+// space's, as perf_tests/bench_newton.cpp measures, plans with its own), `inputs_at` where it keeps
+// the chunk's inputs (team scratch counts against the 48 KiB).
 template <class Cell, class Acc, class ExecSpace>
 FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const NewtonConfig& config,
-                     bool windows_at_once = false, int capacity = fused_chunk_capacity<Cell, ExecSpace>) {
+                     bool windows_at_once = false, int capacity = fused_chunk_capacity<Cell, ExecSpace>,
+                     ChunkInputs inputs_at = ChunkInputs::registers) {
   constexpr bool on_host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   constexpr int D = cell_group_bound<Cell>;
   FusedPlan plan;
@@ -328,7 +345,8 @@ FusedPlan plan_fused(const ExecSpace& space, const ScanShape& shape, const Newto
                : windows_at_once && Cell::structure::fixed_group_size == 1 ? one_pass_team_groups(space, shape)
                                                                            : 32;
   const long teams = long(shape.batch) * ceil_div(shape.groups, plan.lanes);
-  const long per_thread = map_size<D> + D + (windows_at_once ? map_size<D> : 0);
+  const long per_thread =
+      map_size<D> + D + (windows_at_once ? map_size<D> : 0) + long(staged_input_values<Cell>(inputs_at, capacity));
   const long by_scratch = long((48 * 1024 / sizeof(Acc) - plan.lanes * D) / (plan.lanes * per_thread));
   const long filling = std::max(1L, ceil_div(space.concurrency() / 4, std::max(1L, teams) * plan.lanes));
   if (config.fused_team_threads > 0) plan.team_chunks = config.fused_team_threads;
@@ -379,15 +397,16 @@ struct LinearizedStep {
 };
 
 // ChunkCapacity: the steps a thread keeps on chip (the space's fused_chunk_capacity unless a
-// benchmark builds the kernel with another).
+// benchmark builds the kernel with another); InputsAt: where it keeps their inputs.
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, bool EarlyExit,
-          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>>
+          int ChunkCapacity = fused_chunk_capacity<Cell, ExecSpace>, ChunkInputs InputsAt = ChunkInputs::registers>
 struct FusedNewton {
   static constexpr int D = cell_group_bound<Cell>;
   static constexpr int Inputs = Cell::max_inputs_per_group;
   static constexpr int MapSize = map_size<D>;
   static constexpr int Capacity = ChunkCapacity;
   static constexpr bool Cached = fused_caches_linearization<Cell>;
+  static constexpr bool Staged = InputsAt == ChunkInputs::team_scratch;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_view = Kokkos::View<Acc*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   // None (fused_launch_bounds): with P = 8 threads per lane and 3 teams per SM (80 registers) the
@@ -409,14 +428,17 @@ struct FusedNewton {
   // With EarlyExit: the most iterations any window ran (atomic max; 0 on entry). Empty otherwise.
   Kokkos::View<int, typename ExecSpace::memory_space> iterations_run;
 
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const { return fused_scratch_values<Cell>(plan); }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_count() const {
+    return fused_scratch_values<Cell>(plan, InputsAt, Capacity);
+  }
 
-  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D] and
-  // the lanes' carries [lanes][D].
+  // Team scratch: the threads' maps [P][lanes][MapSize], their boundary states [P][lanes][D], the
+  // lanes' carries [lanes][D] and, staged, the inputs [Capacity][Inputs][P x lanes].
   struct Scratch {
     Acc* maps;
     Acc* boundary;
-    Acc* carry; // this thread's lane
+    Acc* carry;  // this thread's lane
+    Acc* inputs; // staged: this thread's first input; its input k of step s at (s x Inputs + k) x threads
   };
 
   // The team's scratch as `me` sees it, its lane's carry holding h0.
@@ -426,7 +448,9 @@ struct FusedNewton {
   // The same at `base` (scratch_count() values; a one-pass kernel's team scratch begins with them).
   KOKKOS_INLINE_FUNCTION Scratch scratch_at(Acc* base, const FusedThread& me) const {
     const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
-    const Scratch shared{base, base + threads * MapSize, base + threads * (MapSize + D) + me.lane * D};
+    const std::size_t carries = threads * (MapSize + D);
+    const Scratch shared{base, base + threads * MapSize, base + carries + me.lane * D,
+                         base + carries + std::size_t(plan.lanes) * D + std::size_t(me.p) * plan.lanes + me.lane};
     const int d = fused_group_size<Cell>(shape);
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
     return shared;
@@ -465,8 +489,23 @@ struct FusedNewton {
     const int active = Full ? plan.team_chunks : chunk.active, first = chunk.first, count = Full ? Capacity : chunk.count;
     const bool working = me.live && count > 0;
 
-    // This thread's chunk: inputs, iterate and cached (f, J) of up to Capacity steps.
-    Acc in[Capacity][Inputs], x[Capacity][D];
+    // This thread's chunk: inputs (staged: in team scratch), iterate and cached (f, J) of up to
+    // Capacity steps.
+    Acc in_registers[Staged ? 1 : Capacity][Inputs], x[Capacity][D];
+    const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
+    auto input = [&](int s, int k) -> Acc& {
+      if constexpr (Staged) return shared.inputs[(std::size_t(s) * Inputs + k) * threads];
+      else return in_registers[s][k];
+    };
+    // Step s's inputs as the cell functions take them: the row in registers, or the staged ones
+    // copied to `copy`.
+    auto inputs_of = [&](int s, Acc* copy) -> const Acc* {
+      if constexpr (Staged) {
+        for (int k = 0; k < cell.inputs_per_group(); ++k) copy[k] = input(s, k);
+        return copy;
+      } else
+        return in_registers[s];
+    };
     Acc cached_f[Cached ? Capacity : 1][D], cached_J[Cached ? Capacity : 1][D * D];
     Acc entering[D]; // the iterate at the step before the chunk
     // The iterate at the chunk's last step, kept up to date by the loops over the chunk: reading
@@ -483,7 +522,7 @@ struct FusedNewton {
       PARASEQ_UNROLL
       for (int s = 0; s < Capacity; ++s) {
         if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
-        for (int k = 0; k < cell.inputs_per_group(); ++k) in[s][k] = Acc(inputs(s, cell.input_column(g, k)));
+        for (int k = 0; k < cell.inputs_per_group(); ++k) input(s, k) = Acc(inputs(s, cell.input_column(g, k)));
         if (guess == InitialGuess::given)
           for (int i = 0; i < d; ++i) x[s][i] = Acc(given(s, g * d + i));
       }
@@ -492,7 +531,8 @@ struct FusedNewton {
         for (int s = 0; s < Capacity; ++s) {
           if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
           const Acc zero[D] = {};
-          repeated_step(cell, g, zero, in[s], x[s]);
+          Acc copy[Inputs];
+          repeated_step(cell, g, zero, inputs_of(s, copy), x[s]);
           for (int i = 0; i < d; ++i) last[i] = x[s][i];
         }
       } else {
@@ -525,8 +565,8 @@ struct FusedNewton {
         PARASEQ_UNROLL
         for (int s = 0; s < Capacity; ++s) {
           if (!Full && s >= count) continue; // unrolled: a guard, not a loop exit
-          Acc f[D], J[D * D];
-          repeated_linearize(cell, g, s == 0 ? entering : x[s - 1], in[s], f, J);
+          Acc f[D], J[D * D], copy[Inputs];
+          repeated_linearize(cell, g, s == 0 ? entering : x[s - 1], inputs_of(s, copy), f, J);
           map_push_step<Acc, D>(LinearizedStep<Acc>{J, f, x[s], d}, 0, 0, 0, d, map);
           if constexpr (EarlyExit)
             for (int i = 0; i < d; ++i) within &= int(double(Kokkos::fabs(f[i] - x[s][i])) <= atol);
@@ -566,8 +606,10 @@ struct FusedNewton {
           if constexpr (Cached) {
             for (int i = 0; i < d; ++i) f[i] = cached_f[s][i];
             for (int i = 0; i < d * d; ++i) J[i] = cached_J[s][i];
-          } else
-            repeated_linearize(cell, g, previous, in[s], f, J); // the compose phase's arguments
+          } else {
+            Acc copy[Inputs];
+            repeated_linearize(cell, g, previous, inputs_of(s, copy), f, J); // the compose phase's arguments
+          }
           small_matvec(d, J, delta, next, false);
           for (int i = 0; i < d; ++i) {
             delta[i] = next[i] + f[i] - x[s][i];

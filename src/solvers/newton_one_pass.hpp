@@ -115,9 +115,10 @@ struct OnePassChain {
 // with, or void (fused_launch_bounds); LookBackReadAhead: the earlier windows a look-back reads at
 // once (exchange_through_look_back's ReadAhead).
 template <class Acc, class ExecSpace, class Cell, class UView, class HView, class H0View, int ChunkCapacity,
-          class LaunchBounds, int LookBackReadAhead>
+          class LaunchBounds, int LookBackReadAhead, ChunkInputs InputsAt>
 struct OnePassNewton {
-  using core_type = FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity>; // no early exit
+  using core_type =
+      FusedNewton<Acc, ExecSpace, Cell, UView, HView, H0View, false, ChunkCapacity, InputsAt>; // no early exit
   using member_type = typename core_type::member_type;
   using chain_type = OnePassChain<Acc, core_type::D, LookBackReadAhead>;
   using launch_bounds = LaunchBounds;
@@ -144,24 +145,41 @@ struct OnePassNewton {
 };
 
 // The library's launch bounds for the one-pass forward. On devices, cells with one state per group
-// and at most 3 inputs per step, in float (ParaGRU), run as 3 teams of at most 256 threads per SM
-// with their registers capped at 80 (ptxas keeps the rest of a thread's chunk in local memory, which
-// the L1 cache holds) instead of 2 teams at the 108 registers ptxas would take. With the teams of
-// one_pass_team_groups and look-backs reading one window at a time, on the H100 (54d21b3,
-// 2026-12-07, gru_one_pass_chunks) that ran ParaGRU's one-pass forward at (1, 65536, 256) in
-// 0.343 ms, at (1, 2^20, 64) in 1.66 and at (4, 2^18, 128) in 2.15, against 0.350, 1.67 and 2.27
-// at 4 teams (64 registers) and 0.401, 1.89 and 2.55 without bounds. (With 32 groups per team and
-// look-backs reading 4 windows at once, 4 teams had been the faster: 68b5ee0, 2026-12-06.) Other
-// cells, double and hosts: none (not measured).
+// and at most 3 inputs per step, in float (ParaGRU), run as 4 teams of at most 256 threads per SM
+// with their registers capped at 64 and their chunks' inputs in team scratch (one_pass_chunk_inputs;
+// ptxas spills 184 bytes of a thread's values to local memory, which the L1 cache holds). With
+// the teams of one_pass_team_groups and look-backs reading one window at a time, on the H100
+// (2026-12-07, gru_one_pass_chunks, one run) that ran ParaGRU's one-pass forward at (1, 65536, 256)
+// in 0.329 ms, at (1, 2^20, 64) in 1.59 and at (4, 2^18, 128) in 2.14, against 0.343, 1.65 and 2.15
+// at 3 teams (80 registers) and 0.335, 1.63 and 2.10 without bounds (72 registers: 3 teams). With
+// the inputs in registers, 3 teams had been the faster (0.343 against 0.350 ms at 4: 54d21b3).
+// Other cells, double and hosts: none (not measured).
 template <class Acc, class Cell, class ExecSpace>
 using one_pass_launch_bounds =
     std::conditional_t<!Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible &&
                            std::is_same_v<Acc, float> && Cell::structure::fixed_group_size == 1 &&
                            Cell::max_inputs_per_group <= 3,
-                       Kokkos::LaunchBounds<256, 3>, void>;
+                       Kokkos::LaunchBounds<256, 4>, void>;
 
 // one_pass_newton's LaunchBounds when the library's choice (one_pass_launch_bounds) is wanted.
 struct LibraryLaunchBounds {};
+
+// Where the library's one-pass forward keeps its chunks' inputs (ChunkInputs): on devices, for the
+// cells of one_pass_launch_bounds, in team scratch (24 values per thread for ParaGRU, 24 KiB per team),
+// elsewhere in registers. nvcc 13.0, sm_90 (ParaGRU in float): at 80 registers ptxas spilled 204
+// bytes of the kernel with its inputs in registers and 8 with them staged, at 64 registers 228 and
+// 184; unbounded it gives the staged kernel 72 registers and no spills. On the H100 (2026-12-07,
+// one run) staging changed nothing at 3 teams per SM (0.343 ms at (1, 65536, 256) either way) and
+// made the 4-team kernel, the library's since, 6% faster than the same with its inputs in
+// registers at 54d21b3 (0.329 against 0.350 ms; other runs).
+template <class Acc, class Cell, class ExecSpace>
+inline constexpr ChunkInputs one_pass_chunk_inputs =
+    std::is_void_v<one_pass_launch_bounds<Acc, Cell, ExecSpace>> ? ChunkInputs::registers : ChunkInputs::team_scratch;
+
+// one_pass_newton's InputsAt: LibraryChunkInputs (one_pass_chunk_inputs), or chunk_inputs_at<where>.
+struct LibraryChunkInputs {};
+template <ChunkInputs Where>
+using chunk_inputs_at = std::integral_constant<ChunkInputs, Where>;
 
 // The earlier windows the library's one-pass forward reads at once in a look-back
 // (exchange_through_look_back's ReadAhead): every window read is a word in flight and registers
@@ -174,11 +192,12 @@ inline constexpr int one_pass_read_ahead = 1;
 // Runs the one-pass mode: config.max_iters Newton iterations of the whole sequence into h.
 // ChunkCapacity: steps per thread, 0 for the space's fused_chunk_capacity (the library's kernels);
 // LaunchBounds: LibraryLaunchBounds (the library's kernels), void (none) or a Kokkos::LaunchBounds;
-// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead).
+// LookBackReadAhead: the earlier windows a look-back reads at once (one_pass_read_ahead);
+// InputsAt: LibraryChunkInputs (the library's kernels) or chunk_inputs_at<where>.
 // perf_tests/bench_newton_kernels.cpp builds others to measure the trade-offs of registers against
 // windows and against resident teams.
 template <class Acc, int ChunkCapacity = 0, class LaunchBounds = LibraryLaunchBounds,
-          int LookBackReadAhead = one_pass_read_ahead,
+          int LookBackReadAhead = one_pass_read_ahead, class InputsAt = LibraryChunkInputs,
           class ExecSpace, class Cell, class UView, class HView, class H0View>
 void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, const HView& h, const H0View& h0,
                      const NewtonConfig& config, const ScanShape& shape) {
@@ -186,11 +205,15 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
+  constexpr ChunkInputs inputs_at = [] {
+    if constexpr (std::is_same_v<InputsAt, LibraryChunkInputs>) return one_pass_chunk_inputs<Acc, Cell, ExecSpace>;
+    else return InputsAt::value;
+  }();
   using functor_type =
-      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead>;
+      OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead, inputs_at>;
   using memory_space = typename ExecSpace::memory_space;
   constexpr int D = functor_type::core_type::D, MapSize = map_size<D>, W = words_per_value<Acc>;
-  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity);
+  FusedPlan plan = plan_fused<Cell, Acc>(space, shape, config, true, capacity, inputs_at);
   const int tiles = int(ceil_div(shape.groups, plan.lanes)), K = config.max_iters;
   auto functor_for = [&](const FusedPlan& chosen, TaggedWord* words, std::uint32_t tag,
                          const Kokkos::View<int*, memory_space>& next_ticket) {

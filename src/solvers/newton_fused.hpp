@@ -310,7 +310,7 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t fused_scratch_values(const FusedPla
 // and 3.19 ms with 32; the adjoint 1.55 against 2.50 and 4.40). Hence: 32 (each step's loads in
 // whole 128-byte lines) where the chains are so many that each holds at most 4 of the teams the
 // device runs at once (counted as 4 teams of 256 threads per 2048 resident threads, the forward's
-// when this was measured; since, it runs 3 and the adjoint 2), as before this rule (not
+// when this was measured and again since 5059f5f; the adjoint runs 2), as before this rule (not
 // measured against 16 there); 16 where each of its chains holds at most 64; 8 otherwise. For cells
 // of one state per group (diagonal recurrences); larger groups keep 32 (not measured: their threads
 // compose bigger maps, P - 1 of them per thread and window).

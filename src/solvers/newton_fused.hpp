@@ -439,6 +439,7 @@ struct FusedNewton {
     Acc* boundary;
     Acc* carry;  // this thread's lane
     Acc* inputs; // staged: this thread's first input; its input k of step s at (s x Inputs + k) x threads
+    std::size_t threads; // the team's
   };
 
   // The team's scratch as `me` sees it, its lane's carry holding h0.
@@ -450,7 +451,8 @@ struct FusedNewton {
     const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
     const std::size_t carries = threads * (MapSize + D);
     const Scratch shared{base, base + threads * MapSize, base + carries + me.lane * D,
-                         base + carries + std::size_t(plan.lanes) * D + std::size_t(me.p) * plan.lanes + me.lane};
+                         base + carries + std::size_t(plan.lanes) * D + std::size_t(me.p) * plan.lanes + me.lane,
+                         threads};
     const int d = fused_group_size<Cell>(shape);
     if (me.live && me.p == 0) load_initial<Acc>(h0, me.b, me.g * d, d, shared.carry);
     return shared;
@@ -492,9 +494,8 @@ struct FusedNewton {
     // This thread's chunk: inputs (staged: in team scratch), iterate and cached (f, J) of up to
     // Capacity steps.
     Acc in_registers[Staged ? 1 : Capacity][Inputs], x[Capacity][D];
-    const std::size_t threads = std::size_t(plan.team_chunks) * plan.lanes;
     auto input = [&](int s, int k) -> Acc& {
-      if constexpr (Staged) return shared.inputs[(std::size_t(s) * Inputs + k) * threads];
+      if constexpr (Staged) return shared.inputs[(std::size_t(s) * Inputs + k) * shared.threads];
       else return in_registers[s][k];
     };
     // Step s's inputs as the cell functions take them: the row in registers, or the staged ones

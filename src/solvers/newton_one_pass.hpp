@@ -205,10 +205,9 @@ void one_pass_newton(const ExecSpace& space, const Cell& cell, const UView& u, c
   constexpr int capacity = ChunkCapacity > 0 ? ChunkCapacity : fused_chunk_capacity<Cell, ExecSpace>;
   using bounds = std::conditional_t<std::is_same_v<LaunchBounds, LibraryLaunchBounds>,
                                     one_pass_launch_bounds<Acc, Cell, ExecSpace>, LaunchBounds>;
-  constexpr ChunkInputs inputs_at = [] {
-    if constexpr (std::is_same_v<InputsAt, LibraryChunkInputs>) return one_pass_chunk_inputs<Acc, Cell, ExecSpace>;
-    else return InputsAt::value;
-  }();
+  constexpr ChunkInputs inputs_at =
+      std::conditional_t<std::is_same_v<InputsAt, LibraryChunkInputs>,
+                         chunk_inputs_at<one_pass_chunk_inputs<Acc, Cell, ExecSpace>>, InputsAt>::value;
   using functor_type =
       OnePassNewton<Acc, ExecSpace, Cell, UView, HView, H0View, capacity, bounds, LookBackReadAhead, inputs_at>;
   using memory_space = typename ExecSpace::memory_space;

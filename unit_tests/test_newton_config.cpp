@@ -344,4 +344,43 @@ TYPED_TEST(NewtonConfiguration, BadInputRaisesClearErrors) {
   expect_invalid([&] { project_inputs(Space{}, x, W_bad, bias, u); }, "W", "[U, D] with D from x");
 }
 
+// The newton mode's adjoint sums the parameter gradients of each (batch, group) over runs of t, a
+// thread per run: the split must cover every step, fill the space where the steps allow it (runs
+// of at least 64 steps) and bound the partial sums it stores. A rule of counts, so a stand-in space
+// of a device's concurrency checks it on every build; the kernels run it in the Newton tests.
+TEST(NewtonGradientRuns, FillTheSpaceWithinTheirBounds) {
+  struct SpaceOf {
+    int threads;
+    int concurrency() const { return threads; }
+  };
+  const long partials_bound = paraseq::detail::gradient_partials_bound;
+  for (const int concurrency : {1, 2, 16, 270336}) {
+    for (const ScanShape& shape : {ScanShape{1, 262144, 1, 1}, ScanShape{1, 65536, 256, 1}, ScanShape{16, 4096, 1024, 1},
+                                   ScanShape{4, 100, 3, 4}, ScanShape{2, 63, 1, 1}, ScanShape{1, 1, 1, 1}}) {
+      for (const long param_count : {3L * shape.groups * shape.group_size, 3L * shape.groups * 16 * 16}) {
+        const auto split = paraseq::detail::gradient_runs(SpaceOf{concurrency}, shape, param_count);
+        const std::string what = "concurrency " + std::to_string(concurrency) + ", B " + std::to_string(shape.batch) +
+                                 ", T " + std::to_string(shape.steps) + ", groups " + std::to_string(shape.groups) +
+                                 ", " + std::to_string(param_count) + " parameters";
+        const long runs = split.runs, threads = long(shape.batch) * shape.groups * runs;
+        ASSERT_GE(runs, 1) << what;
+        EXPECT_GE(runs * split.run_length, shape.steps) << what;
+        if (shape.steps >= 64) EXPECT_GE(split.run_length, 64) << what;
+        const bool bounded = runs == 1 || long(shape.batch) * runs * param_count <= partials_bound;
+        EXPECT_TRUE(bounded) << what;
+        // One run more would exceed the space, be shorter than 64 steps or pass the bound.
+        const long more = runs + 1;
+        const bool stops_for_a_reason = threads >= concurrency || shape.steps / more < 64 ||
+                                        long(shape.batch) * more * param_count > partials_bound;
+        EXPECT_TRUE(stops_for_a_reason) << what;
+      }
+    }
+  }
+  // Few channels of a long sequence on an H100's 132 x 2048 resident threads: 4096 runs of 64 steps,
+  // not the 64 runs of 4096 steps that left the device idle before.
+  const auto long_sequence = paraseq::detail::gradient_runs(SpaceOf{270336}, ScanShape{1, 262144, 1, 1}, 3);
+  EXPECT_EQ(long_sequence.runs, 4096);
+  EXPECT_EQ(long_sequence.run_length, 64);
+}
+
 } // namespace

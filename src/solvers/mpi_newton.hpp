@@ -508,7 +508,7 @@ void backward_over_ranks(const ExecSpace& space, MPI_Comm comm, const Place& pla
       scan_agreed<Direction::reverse, structure>(space, comm, place, A, g, mu, ZeroInitialState{}, config.scan);
 
   // The slice's parameter sums, as newton_backward's newton mode forms them.
-  const paraseq::detail::GradientRuns split = paraseq::detail::gradient_runs(space, shape);
+  const paraseq::detail::GradientRuns split = paraseq::detail::gradient_runs(space, shape, P);
   const int runs = split.runs, run_length = split.run_length;
   using partial_view = Kokkos::View<T**, Kokkos::LayoutRight, memory_space>;
   const partial_view partial(Kokkos::view_alloc(space, "paraseq::mpi::newton_param_partials"), std::size_t(B) * runs, P);
@@ -517,8 +517,7 @@ void backward_over_ranks(const ExecSpace& space, MPI_Comm comm, const Place& pla
       paraseq::detail::LocalGradients<T, Cell, UView, HView, decltype(entering), values_view, DUView, partial_view>{
           cell, u, trajectory, mu, du, partial, steps, groups, d, runs, run_length});
   const Kokkos::View<T*, memory_space> slice_sums("paraseq::mpi::newton_param_sums", P);
-  Kokkos::parallel_for("paraseq::mpi::newton_param_sums", Kokkos::RangePolicy<ExecSpace>(space, 0, P),
-                       paraseq::detail::SumPartials<partial_view, decltype(slice_sums)>{partial, slice_sums});
+  paraseq::detail::sum_partials(space, partial, slice_sums);
   // dL/dh0 on rank 0: A_0^T mu_0 of its first step, or what enters its empty slice from the ranks after it.
   if constexpr (!std::is_same_v<DH0View, NoGradient>)
     if (place.rank == 0 && dh0.data())

@@ -33,8 +33,9 @@
 // threads per group; a cell with a team step in the sequential mode, B * param_count); one_pass,
 // ceil(T / W) * B * param_count values of Acc (a row per window of W steps, the fused plan's) and
 // ceil(T / W) * B * groups * (d^2 + 2d) for the windows' maps and nus; newton, mu (B*T*N values of
-// h's type), runs * param_count values of Acc (runs <= B * 64) and the ordered scan's chunk buffers,
-// at most B * groups * G * (d^2 + 2d) values of Acc for its G time chunks (0 when G = 1). The rows of
+// h's type), B * runs * param_count values of Acc (at most 2^22 unless B * param_count is more: one
+// run per batch element) and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d)
+// values of Acc for its G time chunks (0 when G = 1). The rows of
 // parameter sums are added in blocks of at least 64 rows, whose sums take ceil(rows / r) * param_count
 // doubles (r >= 64 rows per block; at most about max(param_count, 65536) of them).
 
@@ -213,16 +214,21 @@ struct LocalGradients {
 };
 
 // How LocalGradients splits each batch element's steps into runs: enough (batch, group, run)
-// threads to fill the space, at most 64 runs, of at least 64 steps.
+// threads to fill the space, runs of at least 64 steps, and at most gradient_partials_bound partial
+// sums in all (B * runs rows of param_count) unless one run per batch element needs more. A run is
+// one thread's walk over its steps, so few channels of a long sequence need many runs to fill a
+// device: at most 64 of them left (1, 262144, 1) to 64 threads of 4096 steps each.
+inline constexpr long gradient_partials_bound = 1L << 22;
 struct GradientRuns {
   int runs;
   int run_length;
 };
 template <class ExecSpace>
-GradientRuns gradient_runs(const ExecSpace& space, const ScanShape& shape) {
-  const long threads = std::max<long>(1, long(shape.batch) * shape.groups), T = shape.steps;
-  const int runs =
-      int(std::clamp<long>(ceil_div(space.concurrency(), threads), 1, std::min<long>(64, std::max<long>(1, T / 64))));
+GradientRuns gradient_runs(const ExecSpace& space, const ScanShape& shape, long param_count) {
+  const long batch = std::max<long>(1, shape.batch), threads = batch * std::max(1, shape.groups), T = shape.steps;
+  const long by_length = std::max<long>(1, T / 64);
+  const long by_memory = std::max<long>(1, gradient_partials_bound / (batch * std::max<long>(1, param_count)));
+  const int runs = int(std::clamp<long>(ceil_div(long(space.concurrency()), threads), 1, std::min(by_length, by_memory)));
   return {runs, int(ceil_div(std::max<long>(1, T), runs))};
 }
 
@@ -285,7 +291,7 @@ void run_newton_backward(const ExecSpace& space, const Cell& cell, const UView& 
     ordered_scan<structure, acc_t>(space, shape, adjoint_t{cell, u, trajectory, g, mu, dh0, int(T), d},
                                    newton_scan_config<ExecSpace>(config.scan));
 
-    const GradientRuns split = gradient_runs(space, shape);
+    const GradientRuns split = gradient_runs(space, shape, cell.param_count());
     const int runs = split.runs, run_length = split.run_length;
     partial = detail::zeroed_workspace_view<partial_view>(space, "paraseq::newton_param_partials", B * runs,
                                                           cell.param_count());

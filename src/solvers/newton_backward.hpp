@@ -35,9 +35,9 @@
 // ceil(T / W) * B * groups * (d^2 + 2d) for the windows' maps and nus; newton, mu (B*T*N values of
 // h's type), B * runs * param_count values of Acc (at most 2^22 unless B * param_count is more: one
 // run per batch element) and the ordered scan's chunk buffers, at most B * groups * G * (d^2 + 2d)
-// values of Acc for its G time chunks (0 when G = 1). The rows of
-// parameter sums are added in blocks of at least 64 rows, whose sums take ceil(rows / r) * param_count
-// doubles (r >= 64 rows per block; at most about max(param_count, 65536) of them).
+// values of Acc for its G time chunks (0 when G = 1). The rows of parameter sums are added in
+// blocks of at least 64 rows, whose sums take ceil(rows / r) * param_count doubles (r >= 64 rows
+// per block; at most about max(param_count, 65536) of them).
 
 #include <paraseq/core/errors.hpp>
 #include <paraseq/core/fill.hpp>
@@ -217,7 +217,7 @@ struct LocalGradients {
 // threads to fill the space, runs of at least 64 steps, and at most gradient_partials_bound partial
 // sums in all (B * runs rows of param_count) unless one run per batch element needs more. A run is
 // one thread's walk over its steps, so few channels of a long sequence need many runs to fill a
-// device: at most 64 of them left (1, 262144, 1) to 64 threads of 4096 steps each.
+// device: (1, 262144, 1) takes 4096 runs of 64 steps on an H100's 270336 resident threads.
 inline constexpr long gradient_partials_bound = 1L << 22;
 struct GradientRuns {
   int runs;

@@ -377,7 +377,7 @@ TEST(NewtonGradientRuns, FillTheSpaceWithinTheirBounds) {
     }
   }
   // Few channels of a long sequence on an H100's 132 x 2048 resident threads: 4096 runs of 64 steps,
-  // not the 64 runs of 4096 steps that left the device idle before.
+  // where 64 runs of 4096 steps would leave all but 64 of those threads idle.
   const auto long_sequence = paraseq::detail::gradient_runs(SpaceOf{270336}, ScanShape{1, 262144, 1, 1}, 3);
   EXPECT_EQ(long_sequence.runs, 4096);
   EXPECT_EQ(long_sequence.run_length, 64);

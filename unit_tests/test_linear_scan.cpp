@@ -53,6 +53,34 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
                                           {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 16, TimeSplit::single_pass}});
 }
 
+// More than 32 sub-chunks per team, where the space allows such teams (devices: the sub-chunk maps
+// are then scanned by warp shuffles and the warps' totals): one group per team and four (one of
+// them past the last group), teams that end in a partial warp, in one pass, in two and in one time
+// chunk; repeatable bit for bit.
+TYPED_TEST(LinearScan, ManySubChunksPerTeamMatchTheReference) {
+  using Space = TypeParam;
+  const int team_max = Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
+      KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{});
+  constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
+  for (int channels : {1, 3}) {
+    SCOPED_TRACE("channels=" + std::to_string(channels));
+    const int lanes = channels == 1 ? 1 : 4; // a device plan's groups per team
+    std::vector<ScanConfig> configs{ScanConfig{}};
+    for (const ScanConfig& config : {ScanConfig{40, 5, 4, one}, ScanConfig{36, 4, 3, two}, ScanConfig{64, 3, 1}})
+      if (config.team_chunks * lanes <= team_max) configs.push_back(config);
+    View3<double, Space> A("A", 2, 7000, channels);
+    fill_uniform(A, 0.97, 1.0, 41);
+    expect_matches_reference<Space, double>(Diagonal{}, A, 2, 7000, channels, 1e-12, configs);
+    View3<double, Space> b("b", 2, 7000, channels), h1("h1", 2, 7000, channels), h2("h2", 2, 7000, channels);
+    fill_uniform(b, -1, 1, 42);
+    for (const ScanConfig& config : configs) {
+      linear_scan(Space{}, Diagonal{}, A, b, h1, config);
+      linear_scan(Space{}, Diagonal{}, A, b, h2, config);
+      EXPECT_TRUE(bitwise_equal(h1, h2)) << describe(config);
+    }
+  }
+}
+
 // The documented choice between two passes and one: one pass only where time is split, and then
 // where asked for, or by default on devices whose windows are staged through team scratch (fewer
 // than 8 groups per team); its chunks are then windows of P x L steps.

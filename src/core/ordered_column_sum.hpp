@@ -20,15 +20,17 @@
 namespace paraseq::detail {
 
 // blocks(q, block) += rows(row - begin, q) over the rows of `block` in [begin, begin + count), in
-// row order, for the blocks first_block .. first_block + block_count - 1.
+// row order, for the blocks first_block .. first_block + block_count - 1. Consecutive indices take
+// consecutive columns of one block, so that a GPU warp reads consecutive values of each row.
 template <class Rows, class Blocks>
 struct AddRowsToBlocks {
   Rows rows;
   Blocks blocks;
   long begin, count, rows_per_block, first_block, block_count;
   KOKKOS_INLINE_FUNCTION void operator()(long index) const {
-    const long block = first_block + index % block_count;
-    const int q = int(index / block_count);
+    const long columns = long(blocks.extent(0));
+    const long block = first_block + index / columns;
+    const int q = int(index % columns);
     const long end = Kokkos::min((block + 1) * rows_per_block, begin + count);
     double sum = blocks(q, block);
     for (long row = Kokkos::max(block * rows_per_block, begin); row < end; ++row) sum += double(rows(row - begin, q));

@@ -10,15 +10,16 @@
 //
 // With Kokkos Kernels (PARASEQ_HAVE_KOKKOSKERNELS) the products are KokkosBlas::gemm; otherwise
 // they are detail::tiled_gemm, a team-tiled GEMM with the tiles of A, B and C in team scratch.
-// The bias gradient sums fixed runs of rows, then the runs in order: reproducible bit for bit.
+// The bias gradient sums the rows in blocks, then the blocks in order (OrderedColumnSum):
+// reproducible bit for bit.
 
 #include <paraseq/config.hpp>
 #include <paraseq/core/errors.hpp>
-#include <paraseq/core/ordered_scan.hpp>
+#include <paraseq/core/ordered_column_sum.hpp>
+#include <paraseq/core/team_policy.hpp>
 #include <paraseq/core/views.hpp>
 #include <paraseq/core/workspace.hpp>
-#include <paraseq/solvers/newton_config.hpp>
-#include <paraseq/solvers/newton_kernels.hpp>
+#include <paraseq/solvers/newton_config.hpp> // NoGradient
 
 #include <Kokkos_Core.hpp>
 #ifdef PARASEQ_HAVE_KOKKOSKERNELS
@@ -132,20 +133,6 @@ struct FillBias {
   KOKKOS_INLINE_FUNCTION void operator()(long row, long column) const { u(row, column) = bias(column); }
 };
 
-// partial(run, column) = the sum of du(row, column) over the run's rows [256 run, 256 (run + 1)).
-template <class Matrix, class PartialView>
-struct BiasPartials {
-  static constexpr long run_length = 256;
-  Matrix du;
-  PartialView partial;
-  long rows;
-  KOKKOS_INLINE_FUNCTION void operator()(long run, long column) const {
-    typename PartialView::non_const_value_type sum = 0;
-    for (long row = run * run_length; row < Kokkos::min(rows, (run + 1) * run_length); ++row) sum += du(row, column);
-    partial(run, column) = sum;
-  }
-};
-
 template <class View>
 void require_contiguous(const char* fn, const char* argument, const View& view) {
   static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>,
@@ -173,17 +160,11 @@ void run_project_inputs_backward(const ExecSpace& space, const XView& x, const W
   if constexpr (!std::is_same_v<DXView, NoGradient>)
     if (dx.size() != 0) gemm(space, false, false, 1, du_matrix, W, 0, as_matrix(dx));
 
-  // db: fixed runs of rows, then the runs in order.
-  using partial_view =
-      Kokkos::View<typename DBiasView::non_const_value_type**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-  using partials_t = BiasPartials<std::decay_t<decltype(du_matrix)>, partial_view>;
-  const long rows = long(du_matrix.extent(0)), U = long(du_matrix.extent(1));
-  const long runs = std::max<long>(1, ceil_div(rows, partials_t::run_length));
-  const auto partial = detail::workspace_view<partial_view>(space, "paraseq::bias_partials", runs, U);
-  Kokkos::parallel_for("paraseq::bias_partials", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {runs, U}),
-                       partials_t{du_matrix, partial, rows});
-  Kokkos::parallel_for("paraseq::bias_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, U),
-                       SumPartials<decltype(partial), DBiasView>{partial, dbias});
+  // db: the column sums of du in a fixed order (bitwise repeatable, no atomics).
+  const OrderedColumnSum<ExecSpace> column_sum(space, "paraseq::bias_gradient_blocks", long(du_matrix.extent(0)),
+                                               int(du_matrix.extent(1)), 64);
+  column_sum.add(space, du_matrix, 0, long(du_matrix.extent(0)));
+  column_sum.write(space, dbias);
 }
 
 // The compiled instances are overloads of these (paraseq/eti/input_projection_instances.hpp; see

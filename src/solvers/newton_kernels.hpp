@@ -409,18 +409,6 @@ int read_count_on_host(const ExecSpace& space, const Kokkos::View<int, MemorySpa
   return value;
 }
 
-// out(p) = sum over rows r of partial(r, p), rows in order: a reduction without atomics.
-template <class PartialView, class OutView>
-struct SumPartials {
-  PartialView partial;
-  OutView out;
-  KOKKOS_INLINE_FUNCTION void operator()(int p) const {
-    typename PartialView::non_const_value_type sum = 0;
-    for (std::size_t r = 0; r < partial.extent(0); ++r) sum += partial(r, p);
-    out(p) = typename OutView::value_type(sum);
-  }
-};
-
 // out(p) = the sum of column p of partial in a fixed order (bitwise repeatable; OrderedColumnSum):
 // blocks of at least 64 rows, each in row order, then the blocks in order, so that thousands of
 // rows (the one-pass adjoint's, one per window) are not one thread's chain of dependent loads.

@@ -13,16 +13,23 @@
 
 namespace paraseq::test {
 
+// The most threads a team kernel may have on the space (an empty one: a real kernel's registers
+// may allow fewer).
+template <class Space>
+int team_size_limit() {
+  return Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
+      KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{});
+}
+
 // Decompositions to cover: the automatic plan, the sequential loop, time chunks with one thread per
 // team, windows of several sub-chunks (where the space allows teams of more than one thread), and
 // time chunks found in two passes and in one (chunks of one window, chained by the look-back; with
 // chunks of a few steps, hundreds of chunks in dozens of segments).
-// At most `max_team_chunks` sub-chunks: a Dense map (up to 32 x 33 values, 8.4 KiB in double) per
-// sub-chunk leaves room for 3 in OpenMP's 32 KiB of team scratch.
+// At most `max_team_chunks` sub-chunks (and team_size_limit): a Dense map (up to 32 x 33 values,
+// 8.4 KiB in double) per sub-chunk leaves room for 3 in OpenMP's 32 KiB of team scratch.
 template <class Space>
 std::vector<ScanConfig> decompositions(int max_team_chunks = 4) {
-  const int team = std::min(max_team_chunks, Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
-                                   KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{}));
+  const int team = std::min(max_team_chunks, team_size_limit<Space>());
   constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
   std::vector<ScanConfig> configs{ScanConfig{},          sequential_scan_config, ScanConfig{1, 5, 7, two},
                                   ScanConfig{1, 3, 2, two}, ScanConfig{1, 5, 7, one}, ScanConfig{1, 64, 2, one}};

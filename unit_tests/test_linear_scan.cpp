@@ -53,14 +53,13 @@ TYPED_TEST(LinearScan, MillionStepDiagonal) {
                                           {ScanConfig{}, ScanConfig{1, 0, 16}, ScanConfig{0, 0, 16, TimeSplit::single_pass}});
 }
 
-// More than 32 sub-chunks per team, where the space allows such teams (devices: the sub-chunk maps
-// are then scanned by warp shuffles and the warps' totals): one group per team and four (one of
-// them past the last group), teams that end in a partial warp, in one pass, in two and in one time
-// chunk; repeatable bit for bit.
+// More than 32 sub-chunks per team, where the space allows such teams (the sub-chunk maps are then
+// scanned, scan_sub_chunks): one group per team and four (one of them past the last group), team
+// sizes that are not a multiple of a GPU warp, in one pass, in two and in one time chunk;
+// repeatable bit for bit.
 TYPED_TEST(LinearScan, ManySubChunksPerTeamMatchTheReference) {
   using Space = TypeParam;
-  const int team_max = Kokkos::TeamPolicy<Space>(Space{}, 1, 1).team_size_max(
-      KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<Space>::member_type&) {}, Kokkos::ParallelForTag{});
+  const int team_max = team_size_limit<Space>();
   constexpr auto two = TimeSplit::two_pass, one = TimeSplit::single_pass;
   for (int channels : {1, 3}) {
     SCOPED_TRACE("channels=" + std::to_string(channels));

@@ -222,23 +222,15 @@ KOKKOS_INLINE_FUNCTION constexpr std::size_t staged_states_count(const ScanPlan&
   return Kokkos::max(states * D + states / 16, published * map_size<D> + published / 16) + 1;
 }
 
-// Where a device's warps scan the sub-chunk maps (OrderedScan::scan_sub_chunks), the totals of the
-// warps' maps, a map per warp and lane, at the end of a kernel's team scratch.
-template <class Structure>
-KOKKOS_INLINE_FUNCTION constexpr std::size_t warp_totals_count(const ScanPlan& plan) {
-  return std::size_t(ceil_div(long(plan.team_chunks) * plan.lanes, 32)) * map_size<Structure::max_group_size>;
-}
-
 // Team scratch of a window, in values: the sub-chunk maps ([P][lanes] maps), the carries
-// ([2][lanes][D]), where windows are staged the window's maps and states, and the warp totals.
+// ([2][lanes][D]) and, where windows are staged, the window's maps and states.
 template <class Structure, class ExecSpace>
 KOKKOS_INLINE_FUNCTION constexpr std::size_t window_scratch_count(const ScanPlan& plan) {
   constexpr int D = Structure::max_group_size;
   const std::size_t sub_chunk_maps = std::size_t(plan.team_chunks) * plan.lanes;
   return sub_chunk_maps * map_size<D> + 2 * std::size_t(plan.lanes) * D +
          (stages_windows<Structure, ExecSpace>(plan) ? staged_maps_count<Structure>(plan) + staged_states_count<Structure>(plan)
-                                                     : 0) +
-         warp_totals_count<Structure>(plan);
+                                                     : 0);
 }
 
 } // namespace detail
@@ -492,7 +484,7 @@ public:
     compose_steps(me, batch, tile, first, Kokkos::max(0, Kokkos::min(slice, plan_.chunk_steps - me.p * slice)), false,
                   cached, maps);
     team.team_barrier();
-    scan_sub_chunks(team, me, maps, scratch);
+    scan_sub_chunks(team, me, maps);
     if (me.p == 0)
       for (int r = 0; r < me.rows; ++r) {
         const int lane = me.first_lane + r;
@@ -550,7 +542,7 @@ public:
       // The last active sub-chunk's map is never needed (no carry is derived from it): identity.
       compose_steps(me, batch, tile, first, me.p < active - 1 ? count : 0, resident, cached, maps);
       team.team_barrier();
-      scan_sub_chunks(team, me, maps, scratch);
+      scan_sub_chunks(team, me, maps);
       if (count > 0) {
         Acc x[Rows][D];
         enter_sub_chunk(me, maps, carry_at(current, 0), x);
@@ -616,7 +608,7 @@ private:
     load_window(team, me, batch, tile, end, first, count, resident, window, cached);
     compose_steps(me, batch, tile, first, count, resident, cached, maps, window);
     team.team_barrier();
-    scan_sub_chunks(team, me, maps, scratch);
+    scan_sub_chunks(team, me, maps);
 
     const int segment = chunk / SegmentChunks, segment_first = segment * SegmentChunks;
     const bool followed = chunk + 1 < plan_.time_chunks;
@@ -737,27 +729,13 @@ private:
   KOKKOS_FUNCTION bool scans_sub_chunks() const { return plan_.team_chunks > 32; }
 
   // Where scans_sub_chunks(): the inclusive scan of the window's sub-chunk maps, in place, so that
-  // map p of a lane becomes the composition of sub-chunks 0 .. p. Every thread composes maps in a
-  // fixed order, so the result is bitwise reproducible. Call after a barrier that follows the
-  // compose; it ends with one. `scratch` is the kernel's team scratch (the warp totals at its end).
+  // map p of a lane becomes the composition of sub-chunks 0 .. p. Hillis-Steele: log2 P rounds, in
+  // each of which a thread reads map p - offset and composes it with its own in a fixed order, so
+  // the result is bitwise reproducible. Call after a barrier that follows the compose; it ends with
+  // one.
   template <class Member>
-  KOKKOS_FUNCTION void scan_sub_chunks(const Member& team, const Thread& me, Acc* maps, const scratch_view& scratch) const {
+  KOKKOS_FUNCTION void scan_sub_chunks(const Member& team, const Thread& me, Acc* maps) const {
     if (!scans_sub_chunks()) return;
-#if defined(__CUDA_ARCH__)
-    if constexpr (Rows == 1)
-      scan_sub_chunks_in_warps(team, me, maps, scratch.data() + scratch.extent(0) - warp_totals_count<Structure>(plan_));
-    else
-      scan_sub_chunks_in_scratch(team, me, maps);
-#else
-    (void)scratch;
-    scan_sub_chunks_in_scratch(team, me, maps);
-#endif
-  }
-
-  // Hosts: Hillis-Steele through team scratch, log2 P rounds, in each of which a thread reads map
-  // p - offset and composes it with its own.
-  template <class Member>
-  KOKKOS_FUNCTION void scan_sub_chunks_in_scratch(const Member& team, const Thread& me, Acc* maps) const {
     for (int offset = 1; offset < plan_.team_chunks; offset *= 2) {
       const bool combines = me.p >= offset;
       Acc earlier[Rows][MapSize];
@@ -778,50 +756,6 @@ private:
       team.team_barrier();
     }
   }
-
-#if defined(__CUDA_ARCH__)
-  // scan_sub_chunks on a CUDA device (one group per thread), whose warps hold 32 consecutive team
-  // ranks: 32 / lanes sub-chunks of each lane, as rank = p x lanes + lane (a device plan's lanes are
-  // a power of two up to 32). They scan their maps by warp shuffles (log2 of that many rounds, no
-  // barrier); each warp's last sub-chunk leaves the warp's map in `totals` ([warp][lane] maps), and
-  // after one barrier every sub-chunk of a later warp composes the totals before it. Two barriers
-  // instead of the 2 log2 P of the scan through team scratch (16 for the one-channel scan's 256
-  // sub-chunks).
-  template <class Member>
-  KOKKOS_FUNCTION void scan_sub_chunks_in_warps(const Member& team, const Thread& me, Acc* maps, Acc* totals) const {
-    const int lanes = plan_.lanes, per_warp = 32 / lanes, lane = me.first_lane;
-    const int in_warp = me.p % per_warp, warp = me.p / per_warp;
-    // The threads of this warp (a team of P x lanes threads may end in a partial warp).
-    const int warp_threads = Kokkos::min(32, team.team_size() - team.team_rank() / 32 * 32);
-    const unsigned mask = warp_threads == 32 ? 0xffffffffu : (1u << warp_threads) - 1;
-    const bool live = me.rows > 0;
-    Acc own[MapSize];
-    for (int i = 0; i < MapSize; ++i) own[i] = live ? map_at(maps, me.p, lane)[i] : Acc(0);
-    for (int offset = 1; offset < per_warp; offset *= 2) {
-      Acc earlier[MapSize];
-      PARASEQ_UNROLL
-      for (int i = 0; i < MapSize; ++i) earlier[i] = __shfl_up_sync(mask, own[i], offset * lanes);
-      if (in_warp >= offset) {
-        map_prepend<Acc, D>(dim(), own, earlier);
-        for (int i = 0; i < MapSize; ++i) own[i] = earlier[i];
-      }
-    }
-    if (live && in_warp == per_warp - 1)
-      for (int i = 0; i < MapSize; ++i) totals[(std::size_t(warp) * lanes + lane) * MapSize + i] = own[i];
-    team.team_barrier();
-    if (live) {
-      if (warp > 0) {
-        Acc before[MapSize]; // the warps before this one, composed in order
-        for (int i = 0; i < MapSize; ++i) before[i] = totals[std::size_t(lane) * MapSize + i];
-        for (int w = 1; w < warp; ++w) map_prepend<Acc, D>(dim(), totals + (std::size_t(w) * lanes + lane) * MapSize, before);
-        map_prepend<Acc, D>(dim(), own, before);
-        for (int i = 0; i < MapSize; ++i) own[i] = before[i];
-      }
-      for (int i = 0; i < MapSize; ++i) map_at(maps, me.p, lane)[i] = own[i];
-    }
-    team.team_barrier();
-  }
-#endif
 
   // out <- the maps of sub-chunks 0 .. count - 1 of `lane`, composed in order.
   KOKKOS_FUNCTION void window_map(Acc* maps, int lane, int count, Acc* out) const {
@@ -1113,7 +1047,7 @@ private:
     return scratch_view::shmem_size(window_scratch_count<Structure, ExecSpace>(plan_));
   }
   KOKKOS_FUNCTION std::size_t summarize_scratch_count() const {
-    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize + warp_totals_count<Structure>(plan_);
+    return std::size_t(plan_.team_chunks) * plan_.lanes * MapSize;
   }
   std::size_t summarize_scratch_bytes() const { return scratch_view::shmem_size(summarize_scratch_count()); }
 

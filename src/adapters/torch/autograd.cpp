@@ -17,6 +17,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/einsum.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
@@ -110,14 +112,15 @@ at::Tensor shifted(const at::Tensor& x, const at::Tensor& first) {
   return at::cat({first.unsqueeze(1), x.slice_symint(1, 0, x.sym_size(1) - 1)}, 1);
 }
 
-// dA_t = left_t right_t^T in the layout of A: its diagonal, its k x k blocks (block_size k), or all of it.
-at::Tensor outer(const std::string& structure, const at::Tensor& left, const at::Tensor& right,
-                 const c10::SymInt& block_size) {
-  if (structure == "diag") return left * right;
-  if (structure == "dense") return left.unsqueeze(-1) * right.unsqueeze(-2);
+// The factors of dA_t = left_t right_t^T shaped so that their broadcast product has the layout of A: its
+// diagonal, its k x k blocks (block_size k), or all of it.
+std::pair<at::Tensor, at::Tensor> outer_factors(const std::string& structure, const at::Tensor& left,
+                                                const at::Tensor& right, const c10::SymInt& block_size) {
+  if (structure == "diag") return {left, right};
+  if (structure == "dense") return {left.unsqueeze(-1), right.unsqueeze(-2)};
   const c10::SymInt B = left.sym_size(0), T = left.sym_size(1), groups = left.sym_size(2) / block_size;
   const std::vector<c10::SymInt> blocks{B, T, groups, block_size};
-  return left.reshape_symint(blocks).unsqueeze(-1) * right.reshape_symint(blocks).unsqueeze(-2);
+  return {left.reshape_symint(blocks).unsqueeze(-1), right.reshape_symint(blocks).unsqueeze(-2)};
 }
 
 // A_t^T v for one time step (A_t [B, ...], v [B, N]).
@@ -148,15 +151,31 @@ struct LinearScanFunction : torch::autograd::Function<LinearScanFunction> {
       return {at::zeros_like(A), at::zeros_like(output), has_h0 ? at::zeros_like(h0) : at::Tensor(), {}, {}};
     // The adjoint of the forward recurrence is the reverse one over the same A, and vice versa.
     const at::Tensor adjoint = linear_scan_op().call(A, grads[0].contiguous(), std::nullopt, structure, !reverse);
-    at::Tensor left, right;
+    at::Tensor left, previous, first;
     if (reverse) { // lambda_t = A_{t+1}^T lambda_{t+1} + b_t: dA_t = lambda_t adjoint_{t-1}^T, dA_0 = 0
       left = output;
-      right = shifted(adjoint, at::zeros_like(adjoint.select(1, 0)));
+      previous = adjoint;
+      first = at::zeros_like(adjoint.select(1, 0));
     } else { // h_t = A_t h_{t-1} + b_t: dA_t = adjoint_t h_{t-1}^T
       left = adjoint;
-      right = shifted(output, has_h0 ? h0 : at::zeros_like(output.select(1, 0)));
+      previous = output;
+      first = has_h0 ? h0 : at::zeros_like(output.select(1, 0));
     }
-    const at::Tensor dA = outer(structure, left, right, A.sym_size(-1));
+    const c10::SymInt block_size = A.sym_size(-1);
+    at::Tensor dA;
+    if (at::GradMode::is_enabled()) { // a graph is recorded (create_graph): differentiable operators only
+      const auto [l, r] = outer_factors(structure, left, shifted(previous, first), block_size);
+      dA = l * r;
+    } else { // the products straight into dA's slices along time, sparing the shifted copy of the states
+      const c10::SymInt T = output.sym_size(1);
+      dA = at::empty_like(A);
+      const auto [later_l, later_r] =
+          outer_factors(structure, left.slice_symint(1, 1, T), previous.slice_symint(1, 0, T - 1), block_size);
+      at::Tensor later = dA.slice_symint(1, 1, T), start = dA.slice_symint(1, 0, 1);
+      at::mul_out(later, later_l, later_r);
+      const auto [start_l, start_r] = outer_factors(structure, left.slice_symint(1, 0, 1), first.unsqueeze(1), block_size);
+      at::mul_out(start, start_l, start_r);
+    }
     const at::Tensor dh0 = has_h0 ? transpose_apply(structure, A.select(1, 0), adjoint.select(1, 0)) : at::Tensor();
     return {dA, adjoint, dh0, {}, {}};
   }

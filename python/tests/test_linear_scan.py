@@ -74,6 +74,20 @@ def test_gradcheck(device, structure, reverse):
     assert torch.autograd.gradcheck(*differentiable_scan(structure, reverse, device, T=9))
 
 
+@pytest.mark.parametrize("T", [1, 9])
+@pytest.mark.parametrize("structure,reverse", CASES)
+def test_backward_with_and_without_a_graph_gives_the_same_bits(device, structure, reverse, T):
+    """Without create_graph the backward writes dA's products into its slices; with it, it multiplies
+    by the shifted states: the same products, so the same bits (one step: only the first slice)."""
+    fn, inputs = differentiable_scan(structure, reverse, device, T=T)
+    weight = torch.randn_like(fn(*inputs))
+    plain = torch.autograd.grad((fn(*inputs) * weight).sum(), inputs)
+    graphed = torch.autograd.grad((fn(*inputs) * weight).sum(), inputs, create_graph=True)
+    assert all(g.grad_fn is not None for g in graphed[:1])
+    for without, with_graph in zip(plain, graphed):
+        assert torch.equal(without, with_graph.detach())
+
+
 @pytest.mark.parametrize("structure,reverse", CASES)
 def test_gradgradcheck(device, structure, reverse):
     """The backward is itself differentiable (it calls the operators through autograd)."""

@@ -92,4 +92,14 @@ private:
   Blocks blocks_;
 };
 
+// total [C] = the column sums of all of `rows` [R, C] at once, in OrderedColumnSum's order, its
+// block sums (blocks of at least 64 rows) in the workspace cache under `label`.
+template <class Space, class Rows, class Total>
+void ordered_column_sums(const Space& space, const std::string& label, const Rows& rows, const Total& total) {
+  const long count = long(rows.extent(0));
+  const OrderedColumnSum<Space> sum(space, label, count, int(rows.extent(1)), 64);
+  sum.add(space, rows, 0, count);
+  sum.write(space, total);
+}
+
 } // namespace paraseq::detail

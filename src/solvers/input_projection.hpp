@@ -161,10 +161,7 @@ void run_project_inputs_backward(const ExecSpace& space, const XView& x, const W
     if (dx.size() != 0) gemm(space, false, false, 1, du_matrix, W, 0, as_matrix(dx));
 
   // db: the column sums of du in a fixed order (bitwise repeatable, no atomics).
-  const OrderedColumnSum<ExecSpace> column_sum(space, "paraseq::bias_gradient_blocks", long(du_matrix.extent(0)),
-                                               int(du_matrix.extent(1)), 64);
-  column_sum.add(space, du_matrix, 0, long(du_matrix.extent(0)));
-  column_sum.write(space, dbias);
+  ordered_column_sums(space, "paraseq::bias_gradient_blocks", du_matrix, dbias);
 }
 
 // The compiled instances are overloads of these (paraseq/eti/input_projection_instances.hpp; see

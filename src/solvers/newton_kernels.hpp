@@ -414,10 +414,7 @@ int read_count_on_host(const ExecSpace& space, const Kokkos::View<int, MemorySpa
 // rows (the one-pass adjoint's, one per window) are not one thread's chain of dependent loads.
 template <class ExecSpace, class PartialView, class OutView>
 void sum_partials(const ExecSpace& space, const PartialView& partial, const OutView& out) {
-  const long rows = long(partial.extent(0));
-  const OrderedColumnSum<ExecSpace> sum(space, "paraseq::newton_param_partial_blocks", rows, int(partial.extent(1)), 64);
-  sum.add(space, partial, 0, rows);
-  sum.write(space, out);
+  ordered_column_sums(space, "paraseq::newton_param_partial_blocks", partial, out);
 }
 
 } // namespace detail

@@ -1,7 +1,8 @@
 // The operators of the paraseq namespace: their schemas, and their kernels (kernels.hpp) for the
 // CPU and, when Kokkos has CUDA, for CUDA. Autograd kernels: autograd.cpp; fake kernels: python/paraseq/_ops.py.
+// This unit includes no Kokkos header, so that the C++ compiler builds it also where the kernels'
+// units are CUDA: CMake defines PARASEQ_TORCH_CUDA_KERNELS when Kokkos has CUDA.
 #include "kernels.hpp"
-#include "runtime.hpp"
 
 #include <torch/library.h>
 
@@ -85,6 +86,6 @@ void register_kernels(torch::Library& m) {
 } // namespace
 
 TORCH_LIBRARY_IMPL(paraseq, CPU, m) { register_kernels(m); }
-#ifdef KOKKOS_ENABLE_CUDA
+#ifdef PARASEQ_TORCH_CUDA_KERNELS
 TORCH_LIBRARY_IMPL(paraseq, CUDA, m) { register_kernels(m); }
 #endif

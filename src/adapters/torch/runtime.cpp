@@ -1,3 +1,4 @@
+#include "kernels.hpp"
 #include "runtime.hpp"
 
 #include <paraseq/core/workspace.hpp>

@@ -19,14 +19,6 @@ namespace paraseq::torch_bridge {
 // Initialises Kokkos on the first call (unless the host program already did); finalises it at exit.
 void ensure_kokkos();
 
-// Kokkos' own description of its version, backends and build options (python -m paraseq.info).
-std::string kokkos_configuration();
-
-// paraseq's cached temporaries (core/workspace.hpp): the bytes they hold in every memory space, and
-// their release (paraseq.workspace_bytes, paraseq.release_workspace).
-int64_t workspace_bytes();
-void release_workspace();
-
 using HostSpace = Kokkos::DefaultHostExecutionSpace;
 
 inline HostSpace host_space() {

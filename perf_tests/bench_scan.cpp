@@ -7,6 +7,8 @@
 
 #include "bench_support.hpp"
 
+#include <exception>
+
 namespace {
 
 using paraseq::bench::Space;
@@ -61,6 +63,24 @@ void scan_dense16(benchmark::State& state) {
                               });
 }
 
+// One channel x 2^log2T steps in the one-pass scan with the window forced: P sub-chunks (threads)
+// per team of L steps each (the device plan's P = 256, L = 16: windows of 4096 steps). Devices only,
+// where the one-pass scan stages its windows; a run shows what another window would gain.
+void scan_one_channel_window(benchmark::State& state) {
+  const int steps = 1 << state.range(0);
+  Array3 A("A", 1, steps, 1), b("b", 1, steps, 1), h("h", 1, steps, 1);
+  fill(A, 0.9f, 1.0f);
+  fill(b, -1.0f, 1.0f);
+  const paraseq::ScanConfig window{int(state.range(1)), int(state.range(2)), 0, paraseq::TimeSplit::single_pass};
+  try {
+    paraseq::bench::time_fenced(state, 12.0 * steps, 2.0 * steps, [&](const Space& space) {
+      paraseq::linear_scan(space, paraseq::Diagonal{}, A, b, h, window);
+    });
+  } catch (const std::exception& error) { // a window whose team does not fit this device
+    state.SkipWithError(error.what());
+  }
+}
+
 // (log2 B*N, log2 T) pairs: 2^22 elements for the quick suite, 2^26 for the full one.
 void diagonal_grid(benchmark::internal::Benchmark* bench) {
   for (auto [bn, t] : {std::pair{0, 22}, {6, 16}, {10, 12}, {14, 8}, {0, 26}, {8, 18}, {12, 14}, {14, 12}, {16, 10}, {20, 6}}) {
@@ -72,6 +92,17 @@ void diagonal_grid(benchmark::internal::Benchmark* bench) {
 }
 
 PARASEQ_BENCHMARK(scan_diagonal<false>)->Name("scan_diagonal_forward")->Apply(diagonal_grid);
+[[maybe_unused]] const bool one_channel_windows_registered = [] {
+  if constexpr (!paraseq::runs_on_host<Space>)
+    for (int P : {64, 128, 256, 512})
+      for (int L : {4, 8, 16})
+        benchmark::RegisterBenchmark("scan_one_channel_window", scan_one_channel_window)
+            ->Args({26, P, L})
+            ->ArgNames({"log2T", "P", "L"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  return true;
+}();
 PARASEQ_BENCHMARK(scan_diagonal<true>)
     ->Name("scan_diagonal_reverse")
     ->Args({10, 12, 0})

@@ -753,7 +753,7 @@ struct Backward {
     for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
     int j = grads.next_observation(row);
     int loaded = grads.segment(row);
-    typename Rk::Stages K, K_bar;
+    typename Rk::Stages Y, K_bar; // the stages' inputs and cotangents
 
     for (int it = 0; it < iterations && m > 0; ++it, --m) {
       const int step = m - 1, k = checkpoints.segment_of(Stepping::adaptive, row, step);
@@ -772,7 +772,7 @@ struct Backward {
         t = stepping.point(step), h = stepping.length(step), t_next = stepping.point(step + 1);
         for (; j >= 0 && stepping.observation_point(j) >= m; --j) add_observation_bar(traj, j, lambda);
       }
-      rk.recompute(t, h, t_next, y, K);
+      rk.recompute(t, h, t_next, y, Y);
       rk.seed(h, lambda, K_bar);
       bool last_stage_seeded = false;
       if constexpr (Stepping::adaptive) {
@@ -783,7 +783,7 @@ struct Backward {
           last_stage_seeded = true;
         }
       }
-      rk.template sweep<OwnGradients>(t, h, t_next, y, K, K_bar, lambda, p_bar, grads.parameters, last_stage_seeded);
+      rk.template sweep<OwnGradients>(t, h, t_next, y, Y, K_bar, lambda, p_bar, grads.parameters, last_stage_seeded);
     }
 
     for (int c = 0; c < size(); ++c) grads.lambda(row, c) = lambda[c];

@@ -134,17 +134,24 @@ struct RkStep {
     else return t + T(c_i) * h;
   }
 
+  // Given K[0] = f(t, y), fills K[1..S-1], stage i's input Y_i = y + h sum_{j<i} a_ij K_j going to
+  // input_of(i) (an array of Capacity values, which later stages may reuse).
+  template <class InputOf>
+  KOKKOS_FORCEINLINE_FUNCTION void stage_loop(T t, T h, T t_next, const T* y, Stages& K, const InputOf& input_of) const {
+    static_for<1, S>([&](auto I) {
+      constexpr int i = decltype(I)::value;
+      T* Y = input_of(I);
+      combine<RowOfA<Method, i>, i>(h, y, K, Y);
+      evaluate(stage_time<i>(t, h, t_next), Y, K[i]);
+    });
+  }
+
   // Given K[0] = f(t, y), fills K[1..S-1] and y_next (which must not alias y). FSAL methods take
   // y_next as their last stage's input, so K[S-1] = f(t_next, y_next) is the next step's K[0],
   // bit for bit.
   KOKKOS_FUNCTION void stages(T t, T h, T t_next, const T* y, Stages& K, T* y_next) const {
     T input[Capacity];
-    static_for<1, S>([&](auto I) {
-      constexpr int i = decltype(I)::value;
-      T* Y = (Method::fsal && i == S - 1) ? y_next : input;
-      combine<RowOfA<Method, i>, i>(h, y, K, Y);
-      evaluate(stage_time<i>(t, h, t_next), Y, K[i]);
-    });
+    stage_loop(t, h, t_next, y, K, [&](auto I) { return (Method::fsal && decltype(I)::value == S - 1) ? y_next : input; });
     if constexpr (!Method::fsal) combine<Weights<Method>, S>(h, y, K, y_next);
   }
 
@@ -175,11 +182,13 @@ struct RkStep {
   //   K_bar_i = h b_i lambda_next (+ dense-output seeds),  Y_bar_i = J_f(Y_i)^T K_bar_i,
   //   K_bar_j += h a_ij Y_bar_i (j < i),                    y_bar = lambda_next + sum_i Y_bar_i.
 
-  // All stages again from y (K[0] = f(t, y)): the reverse sweep needs them.
-  KOKKOS_FUNCTION void recompute(T t, T h, T t_next, const T* y, Stages& K) const {
-    T y_next[Capacity];
+  // The stages' inputs again from y, the same values as the step computed (Y[0] is not written:
+  // stage 0's input is y itself). The reverse sweep differentiates the field at them; the step's
+  // end, which it does not need, is not formed.
+  KOKKOS_FUNCTION void recompute(T t, T h, T t_next, const T* y, Stages& Y) const {
+    Stages K;
     evaluate(t, y, K[0]);
-    stages(t, h, t_next, y, K, y_next);
+    stage_loop(t, h, t_next, y, K, [&](auto I) { return Y[decltype(I)::value]; });
   }
 
   // K_bar_i = h b_i lambda_next.
@@ -199,25 +208,26 @@ struct RkStep {
     });
   }
 
-  // Consumes K_bar and adds the stages' contributions to y_bar and the parameter gradients. An
-  // FSAL method's last stage has b = 0: it is skipped unless a dense output seeded it.
+  // Consumes K_bar and adds the stages' contributions to y_bar and the parameter gradients; Y holds
+  // the stages' inputs (recompute) and y the step's start. An FSAL method's last stage has b = 0:
+  // it is skipped unless a dense output seeded it.
   template <bool WithParameters>
-  KOKKOS_FUNCTION void sweep(T t, T h, T t_next, const T* y, const Stages& K, Stages& K_bar, T* y_bar,
+  KOKKOS_FUNCTION void sweep(T t, T h, T t_next, const T* y, const Stages& Y, Stages& K_bar, T* y_bar,
                              const ParameterGradients<T>& p_bar, int parameters, bool last_stage_seeded) const {
-    T Y[Capacity], Y_bar[Capacity];
+    T Y_bar[Capacity];
     static_for_reverse<0, S>([&](auto I) {
       constexpr int i = decltype(I)::value;
       if constexpr (i == S - 1 && Coefficients<Method>::b(S - 1) == 0) {
         if (!last_stage_seeded) return;
       }
-      combine<RowOfA<Method, i>, i>(h, y, K, Y);
+      const T* input = i == 0 ? y : Y[i];
       for (int c = 0; c < size(); ++c) Y_bar[c] = 0;
       if constexpr (called_field)
-        vjp_called<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i],
-                                             Y_bar, p_bar);
+        vjp_called<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), input, p,
+                                             K_bar[i], Y_bar, p_bar);
       else
-        field_vjp<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), Y, p, K_bar[i],
-                                            Y_bar, p_bar);
+        field_vjp<Capacity, WithParameters>(field, size(), parameters, stage_time<i>(t, h, t_next), input, p,
+                                            K_bar[i], Y_bar, p_bar);
       for (int c = 0; c < size(); ++c) y_bar[c] += Y_bar[c];
       static_for<0, i>([&](auto J) {
         constexpr double a_ij = Coefficients<Method>::a(i, decltype(J)::value);

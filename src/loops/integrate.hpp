@@ -805,13 +805,14 @@ gradient_pass(const std::string& fn, const Space& space, const Field& field, int
         paraseq::detail::copy(space, Kokkos::subview(report.rejected, part), Kokkos::subview(carry.rejected, rows));
       }
       if (given_counts) require_given_counts(fn, space, counts, report.accepted, begin, end);
-      BackwardKernel backward{field, n, data, stepping, carry, checkpoints, grads, begin, 0};
+      BackwardKernel backward{field, n, data, stepping, carry, checkpoints, grads, begin, end, 0};
       Kokkos::parallel_for("paraseq::ode::backward_init",
                            trajectory_policy<false, Space, typename BackwardKernel::InitTag>(space, begin, end), backward);
       backward.iterations = L == Loop::fused ? INT_MAX : 1;
       const int launches = L == Loop::fused ? 1 : most_steps;
+      const int blocks = int(paraseq::detail::ceil_div(end - begin, BackwardKernel::lanes));
       for (int launch = 0; launch < launches; ++launch)
-        Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, begin, end), backward);
+        Kokkos::parallel_for("paraseq::ode::backward", trajectory_policy<adaptive>(space, 0, blocks), backward);
       if (shared_rows > 0) shared_sum.add(space, grads.shared_bar, begin, end - begin);
     }
     if (shared_rows > 0) shared_sum.write(space, shared_total);

@@ -1,8 +1,9 @@
 #pragma once
-// The kernels behind integrate.hpp, one thread per trajectory. Each trajectory's loop state (its
-// Carry) lives in registers while a kernel runs and, in the stepped mode and for gradients, in Views
-// between kernels, so the same step code runs the whole loop in one launch (fused) or one step per
-// launch (stepped), bit for bit alike.
+// The kernels behind integrate.hpp: a device thread per trajectory, a host thread per block of 8
+// trajectories stepped in lockstep (their chains of arithmetic overlap in a core's pipeline). Each
+// trajectory's loop state (its Carry) lives in registers while a kernel runs and, in the stepped
+// mode and for gradients, in Views between kernels, so the same step code runs the whole loop in
+// one launch (fused) or one step per launch (stepped), bit for bit alike.
 //
 //   Forward: its FusedTag launch (the fused mode) sets up each trajectory, runs its whole loop and
 //            writes the outputs and the report, with no carry Views unless a gradient needs them.
@@ -11,8 +12,9 @@
 //            observations, the final state and, for gradients, a checkpoint whenever the step count
 //            is a multiple of the interval.
 //   Backward: its InitTag launch takes the final cotangent; its main launch reverses up to
-//            `iterations` steps. Entering a checkpoint segment replays its steps from the checkpoint
-//            (the same step code, so the same mesh, rejections included) and stores their states.
+//            `iterations` steps of each trajectory of a block. Entering a checkpoint segment
+//            replays its steps from the checkpoint (the same step code, so the same mesh,
+//            rejections included) and stores their states.
 //
 // Fixed steps in the fused mode run in segments: between two stops (mesh points with an
 // observation, a checkpoint, or the end) the loop only steps; finiteness, observations and
@@ -649,7 +651,8 @@ struct BackwardData {
 
 template <class Method, class Field, class T, int Capacity, class Space, class Stepping, bool OwnGradients>
 struct Backward {
-  using Rk = RkStep<Method, Field, T, Capacity, ParametersFor<Field, T>>;
+  using Params = ParametersFor<Field, T>;
+  using Rk = RkStep<Method, Field, T, Capacity, Params>;
   using C = Carry<T, Capacity>;
   struct InitTag {};
   // Own-parameter gradients accumulate in a local array when the field declares a small bound, and
@@ -664,7 +667,7 @@ struct Backward {
   CarryViews<T, Space> carry; // the forward carry: its step is each trajectory's step count
   Checkpoints<T, Space> checkpoints;
   BackwardData<T, Space> grads;
-  int begin;
+  int begin, end; // the chunk's trajectories: row = trajectory - begin
   int iterations;
 
   KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(runtime_n); }
@@ -695,106 +698,187 @@ struct Backward {
       for (int k = 0; k < size(); ++k) grads.y0_bar(traj, k) = lambda[k];
   }
 
-  // Replays segment k from its checkpoint, storing the state (and, adaptive, t, h, t_next) at
-  // the start of each of its steps.
-  KOKKOS_INLINE_FUNCTION void replay(const Rk& rk, int row, int k, int total_steps) const {
-    C c;
-    checkpoints.restore(Stepping::adaptive, row, k, size(), c);
-    const int count = Kokkos::min(checkpoints.segment_start(Stepping::adaptive, row, k + 1), total_steps) - c.step;
-    int recorded = 0;
-    while (recorded < count) {
-      if constexpr (Stepping::adaptive) {
-        adaptive_attempt<Method>(rk, stepping, c, [&](const C& start, const typename Rk::Stages&, T h, T t_new,
-                                                       const T*) {
-          for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = start.y[j];
-          checkpoints.segment_t(row, recorded) = start.t;
-          checkpoints.segment_h(row, recorded) = h;
-          checkpoints.segment_t_next(row, recorded) = t_new;
-          ++recorded;
-        });
-      } else {
-        for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = c.y[j];
-        fixed_step<Method>(rk, stepping, c);
+  // Trajectories per thread, as in the forward loop: several on host cores, whose steps run in
+  // lockstep so that their independent chains of arithmetic overlap in the pipeline (one trajectory
+  // alone waits on each result); one on devices.
+  static constexpr int lanes = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
+
+  // One trajectory's place in the backward loop, held in registers while a launch runs.
+  struct Lane {
+    int traj, row;
+    int m;           // steps still to reverse
+    int total_steps; // its forward step count
+    int j;           // the last observation not yet added
+    int loaded;      // the segment whose states the segment buffer holds
+    T lambda[Capacity];
+  };
+
+  // A lane's parameter gradients: its own parameters' in a local array when the field declares a
+  // small bound, and its part of the shared ones likewise; `sink` takes what is not wanted. Arrays
+  // of their own, not members of Lane: the device compiler keeps them in registers only so.
+  struct Accumulators {
+    T (&own_bar)[local_parameters > 0 ? local_parameters : 1];
+    T (&shared_sums)[local_shared_parameters > 0 ? local_shared_parameters : 1];
+    T& sink;
+  };
+
+  // Where the field's VJP adds a lane's parameter gradients: its accumulators where the field's
+  // bounds allow, the gradient Views otherwise.
+  KOKKOS_FORCEINLINE_FUNCTION ParameterGradients<T> parameter_gradients(const Lane& lane,
+                                                                        const Accumulators& sums) const {
+    ParameterGradients<T> p_bar{&sums.sink, 0, &sums.sink, 0};
+    if constexpr (OwnGradients) {
+      if constexpr (local_parameters > 0) p_bar.own_data = sums.own_bar, p_bar.own_stride = 1;
+      else p_bar.own_data = &grads.params_bar(lane.traj, 0), p_bar.own_stride = grads.params_bar.s1;
+    }
+    if (grads.shared_bar.extent(1) > 0) {
+      if constexpr (local_shared_parameters > 0) p_bar.shared_data = sums.shared_sums, p_bar.shared_stride = 1;
+      else p_bar.shared_data = &grads.shared_bar(lane.row, 0), p_bar.shared_stride = long(grads.shared_bar.stride(1));
+    }
+    return p_bar;
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void load_lane(int traj, Lane& lane, const Accumulators& sums) const {
+    lane.traj = traj, lane.row = traj - begin;
+    lane.m = grads.step(lane.row);
+    lane.total_steps = carry.step(lane.row);
+    lane.j = grads.next_observation(lane.row);
+    lane.loaded = grads.segment(lane.row);
+    sums.sink = T(0);
+    for (int k = 0; k < size(); ++k) lane.lambda[k] = grads.lambda(lane.row, k);
+    if constexpr (OwnGradients && local_parameters > 0)
+      for (int k = 0; k < grads.parameters; ++k) sums.own_bar[k] = grads.params_bar(traj, k);
+    if constexpr (local_shared_parameters > 0)
+      for (int k = 0; k < int(grads.shared_bar.extent(1)); ++k) sums.shared_sums[k] = grads.shared_bar(lane.row, k);
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void store_lane(const Lane& lane, const Accumulators& sums) const {
+    for (int c = 0; c < size(); ++c) grads.lambda(lane.row, c) = lane.lambda[c];
+    grads.step(lane.row) = lane.m;
+    grads.next_observation(lane.row) = lane.j;
+    grads.segment(lane.row) = lane.loaded;
+    if constexpr (OwnGradients && local_parameters > 0)
+      for (int k = 0; k < grads.parameters; ++k) grads.params_bar(lane.traj, k) = sums.own_bar[k];
+    if constexpr (local_shared_parameters > 0)
+      for (int k = 0; k < int(grads.shared_bar.extent(1)); ++k) grads.shared_bar(lane.row, k) = sums.shared_sums[k];
+    if (lane.m == 0) finalize(lane.traj, lane.row);
+  }
+
+  // The segment of a lane's next step to reverse, if the segment buffer does not hold it yet, else -1.
+  KOKKOS_FORCEINLINE_FUNCTION int segment_to_replay(const Lane& lane) const {
+    if (lane.m == 0) return -1;
+    const int k = checkpoints.segment_of(Stepping::adaptive, lane.row, lane.m - 1);
+    return k == lane.loaded ? -1 : k;
+  }
+
+  // Records one step of a replay that started from a checkpoint: the state (and, adaptive, t, h,
+  // t_next) at the step's start, in slot `recorded` of the row's segment buffer.
+  KOKKOS_FORCEINLINE_FUNCTION void replay_step(const Rk& rk, int row, C& c, int& recorded) const {
+    if constexpr (Stepping::adaptive) {
+      adaptive_attempt<Method>(rk, stepping, c, [&](const C& start, const typename Rk::Stages&, T h, T t_new,
+                                                     const T*) {
+        for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = start.y[j];
+        checkpoints.segment_t(row, recorded) = start.t;
+        checkpoints.segment_h(row, recorded) = h;
+        checkpoints.segment_t_next(row, recorded) = t_new;
         ++recorded;
-      }
+      });
+    } else {
+      for (int j = 0; j < size(); ++j) checkpoints.segment_y(row, recorded, j) = c.y[j];
+      fixed_step<Method>(rk, stepping, c);
+      ++recorded;
     }
   }
 
-  KOKKOS_FUNCTION void operator()(int traj) const {
-    const int row = traj - begin;
-    int m = grads.step(row);
-    if (m == 0) return;
-    const int total_steps = carry.step(row);
-    const Rk rk{field, runtime_n, data.template parameters_of<Field>(traj)};
-
-    T own_bar[local_parameters > 0 ? local_parameters : 1];
-    T sink = 0;
-    ParameterGradients<T> p_bar{&sink, 0, &sink, 0};
-    if constexpr (OwnGradients) {
-      if constexpr (local_parameters > 0) {
-        for (int k = 0; k < grads.parameters; ++k) own_bar[k] = grads.params_bar(traj, k);
-        p_bar.own_data = own_bar, p_bar.own_stride = 1;
-      } else {
-        p_bar.own_data = &grads.params_bar(traj, 0), p_bar.own_stride = grads.params_bar.s1;
-      }
+  // Replays, from its checkpoint, the segment that each lane's next step enters (every lane that
+  // enters one does so at the same iteration: segments end at each trajectory's last step), the
+  // lanes' steps in lockstep.
+  KOKKOS_FORCEINLINE_FUNCTION void replay_entered(int count, Lane* lane, const Params* params) const {
+    C carries[lanes];
+    int left[lanes], recorded[lanes];
+    bool any = false;
+    for (int l = 0; l < count; ++l) {
+      const int k = segment_to_replay(lane[l]);
+      left[l] = 0, recorded[l] = 0;
+      if (k < 0) continue;
+      checkpoints.restore(Stepping::adaptive, lane[l].row, k, size(), carries[l]);
+      left[l] = Kokkos::min(checkpoints.segment_start(Stepping::adaptive, lane[l].row, k + 1), lane[l].total_steps) -
+                carries[l].step;
+      lane[l].loaded = k;
+      any = true;
     }
-    T shared_sums[local_shared_parameters > 0 ? local_shared_parameters : 1];
-    const int shared_count = int(grads.shared_bar.extent(1)); // at most local_shared_parameters (check_problem)
-    if (shared_count > 0) {
-      if constexpr (local_shared_parameters > 0) {
-        for (int k = 0; k < shared_count; ++k) shared_sums[k] = grads.shared_bar(row, k);
-        p_bar.shared_data = shared_sums, p_bar.shared_stride = 1;
-      } else {
-        p_bar.shared_data = &grads.shared_bar(row, 0), p_bar.shared_stride = long(grads.shared_bar.stride(1));
-      }
-    }
-
-    T lambda[Capacity], y[Capacity];
-    for (int k = 0; k < size(); ++k) lambda[k] = grads.lambda(row, k);
-    int j = grads.next_observation(row);
-    int loaded = grads.segment(row);
-    typename Rk::Stages Y, K_bar; // the stages' inputs and cotangents
-
-    for (int it = 0; it < iterations && m > 0; ++it, --m) {
-      const int step = m - 1, k = checkpoints.segment_of(Stepping::adaptive, row, step);
-      const int slot = step - checkpoints.segment_start(Stepping::adaptive, row, k);
-      if (k != loaded) {
-        replay(rk, row, k, total_steps);
-        loaded = k;
-      }
-      for (int c = 0; c < size(); ++c) y[c] = checkpoints.segment_y(row, slot, c);
-      T t, h, t_next;
-      if constexpr (Stepping::adaptive) {
-        t = checkpoints.segment_t(row, slot), h = checkpoints.segment_h(row, slot);
-        t_next = checkpoints.segment_t_next(row, slot);
-        for (; j >= 0 && stepping.observation_times(j) >= t_next; --j) add_observation_bar(traj, j, lambda);
-      } else {
-        t = stepping.point(step), h = stepping.length(step), t_next = stepping.point(step + 1);
-        for (; j >= 0 && stepping.observation_point(j) >= m; --j) add_observation_bar(traj, j, lambda);
-      }
-      rk.recompute(t, h, t_next, y, Y);
-      rk.seed(h, lambda, K_bar);
-      bool last_stage_seeded = false;
-      if constexpr (Stepping::adaptive) {
-        for (; j >= 0 && stepping.observation_times(j) > t; --j) {
-          T g[Capacity];
-          for (int c = 0; c < size(); ++c) g[c] = grads.observed_bar(traj, j, c), lambda[c] += g[c];
-          rk.seed_dense((stepping.observation_times(j) - t) / h, h, g, K_bar);
-          last_stage_seeded = true;
+    while (any) {
+      any = false;
+      for (int l = 0; l < count; ++l)
+        if (recorded[l] < left[l]) {
+          replay_step(Rk{field, runtime_n, params[l]}, lane[l].row, carries[l], recorded[l]);
+          any = any || recorded[l] < left[l];
         }
-      }
-      rk.template sweep<OwnGradients>(t, h, t_next, y, Y, K_bar, lambda, p_bar, grads.parameters, last_stage_seeded);
     }
+  }
 
-    for (int c = 0; c < size(); ++c) grads.lambda(row, c) = lambda[c];
-    grads.step(row) = m;
-    grads.next_observation(row) = j;
-    grads.segment(row) = loaded;
-    if constexpr (OwnGradients && local_parameters > 0)
-      for (int k = 0; k < grads.parameters; ++k) grads.params_bar(traj, k) = own_bar[k];
-    if constexpr (local_shared_parameters > 0)
-      for (int k = 0; k < shared_count; ++k) grads.shared_bar(row, k) = shared_sums[k];
-    if (m == 0) finalize(traj, row);
+  // Reverses a lane's next step, whose segment the buffer holds.
+  KOKKOS_FORCEINLINE_FUNCTION void reverse_step(const Rk& rk, Lane& lane, const Accumulators& sums) const {
+    const int step = lane.m - 1, row = lane.row, traj = lane.traj;
+    const int slot = step - checkpoints.segment_start(Stepping::adaptive, row, lane.loaded);
+    T y[Capacity];
+    for (int c = 0; c < size(); ++c) y[c] = checkpoints.segment_y(row, slot, c);
+    T t, h, t_next;
+    if constexpr (Stepping::adaptive) {
+      t = checkpoints.segment_t(row, slot), h = checkpoints.segment_h(row, slot);
+      t_next = checkpoints.segment_t_next(row, slot);
+      for (; lane.j >= 0 && stepping.observation_times(lane.j) >= t_next; --lane.j)
+        add_observation_bar(traj, lane.j, lane.lambda);
+    } else {
+      t = stepping.point(step), h = stepping.length(step), t_next = stepping.point(step + 1);
+      for (; lane.j >= 0 && stepping.observation_point(lane.j) >= lane.m; --lane.j)
+        add_observation_bar(traj, lane.j, lane.lambda);
+    }
+    typename Rk::Stages Y, K_bar; // the stages' inputs and cotangents
+    rk.recompute(t, h, t_next, y, Y);
+    rk.seed(h, lane.lambda, K_bar);
+    bool last_stage_seeded = false;
+    if constexpr (Stepping::adaptive) {
+      for (; lane.j >= 0 && stepping.observation_times(lane.j) > t; --lane.j) {
+        T g[Capacity];
+        for (int c = 0; c < size(); ++c) g[c] = grads.observed_bar(traj, lane.j, c), lane.lambda[c] += g[c];
+        rk.seed_dense((stepping.observation_times(lane.j) - t) / h, h, g, K_bar);
+        last_stage_seeded = true;
+      }
+    }
+    rk.template sweep<OwnGradients>(t, h, t_next, y, Y, K_bar, lane.lambda, parameter_gradients(lane, sums),
+                                    grads.parameters, last_stage_seeded);
+    --lane.m;
+  }
+
+  // Up to `iterations` steps back of the block's trajectories (a device thread's block is one).
+  KOKKOS_FUNCTION void operator()(int block) const {
+    constexpr int L = lanes; // a local: device code cannot bind a static member to a reference
+    const int first = begin + block * L, count = L == 1 ? 1 : Kokkos::min(L, end - first);
+    Lane lane[L];
+    T own_bar[L][local_parameters > 0 ? local_parameters : 1];
+    T shared_sums[L][local_shared_parameters > 0 ? local_shared_parameters : 1];
+    T sink[L];
+    auto sums = [&](int l) { return Accumulators{own_bar[l], shared_sums[l], sink[l]}; };
+    Params params[L];
+    bool reversing[L]; // finished trajectories (in an earlier launch, or with no steps) are left alone
+    for (int l = 0; l < count; ++l) {
+      load_lane(first + l, lane[l], sums(l));
+      params[l] = data.template parameters_of<Field>(first + l);
+      reversing[l] = lane[l].m > 0;
+    }
+    for (int it = 0; it < iterations; ++it) {
+      replay_entered(count, lane, params);
+      bool running = false;
+      for (int l = 0; l < count; ++l)
+        if (lane[l].m > 0) {
+          reverse_step(Rk{field, runtime_n, params[l]}, lane[l], sums(l));
+          running = true;
+        }
+      if (!running) break;
+    }
+    for (int l = 0; l < count; ++l)
+      if (reversing[l]) store_lane(lane[l], sums(l));
   }
 };
 

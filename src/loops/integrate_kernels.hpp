@@ -365,6 +365,12 @@ struct Checkpoints {
   }
 };
 
+// Trajectories per thread of the forward and backward loops: 8 on host cores, stepped in lockstep
+// so that their independent chains of arithmetic overlap in the pipeline (one trajectory alone
+// waits on each result); one on devices, whose warps hide latency.
+template <class Space>
+inline constexpr int trajectories_per_thread = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
+
 // What the forward kernels read and write besides the carry.
 template <class T>
 struct ForwardData {
@@ -420,8 +426,7 @@ struct Forward {
 
   KOKKOS_FORCEINLINE_FUNCTION constexpr int size() const { return known_size<Field>(runtime_n); }
 
-  // Trajectories per thread: several on host cores, one on devices (whose warps hide latency).
-  static constexpr int lanes = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
+  static constexpr int lanes = trajectories_per_thread<Space>;
 
   // Observations may be wanted by cotangents only, with no View to write.
   KOKKOS_INLINE_FUNCTION void write_observation(int traj, int j, const T* y) const {
@@ -698,10 +703,7 @@ struct Backward {
       for (int k = 0; k < size(); ++k) grads.y0_bar(traj, k) = lambda[k];
   }
 
-  // Trajectories per thread, as in the forward loop: several on host cores, whose steps run in
-  // lockstep so that their independent chains of arithmetic overlap in the pipeline (one trajectory
-  // alone waits on each result); one on devices.
-  static constexpr int lanes = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 8 : 1;
+  static constexpr int lanes = trajectories_per_thread<Space>;
 
   // One trajectory's place in the backward loop, held in registers while a launch runs.
   struct Lane {

@@ -76,7 +76,7 @@ def _scan_kernel(namespace, scan, tag, extern):
 
 def _instance(function, family, space, extern):
     return (f"{'extern ' if extern else ''}template void {function}<paraseq::CompiledNewtonModes::{family}>("
-            f"const paraseq::torch_bridge::NewtonTensors&, const paraseq::NewtonConfig&, const {space}&);")
+            f"const paraseq::torch_bridge::NewtonArrays&, const paraseq::NewtonConfig&, const {space}&);")
 
 
 def _extension_sources(namespace, cell, structure, dtype, split, suffix, scan_tags):
@@ -124,8 +124,8 @@ namespace {namespace} {{
 {cell}
 struct MakeUserCell {{
   template <class T, class Space>
-  auto operator()(const std::vector<at::Tensor>& params) const {{
-    return UserCell<T, Space>{{paraseq::torch_bridge::as_view<const T, 2, Space>(params[0])}};
+  auto operator()(const paraseq::torch_bridge::NewtonArrays& arrays) const {{
+    return UserCell<T, Space>{{paraseq::torch_bridge::as_view<const T, 2, Space>(arrays.params[0])}};
   }}
 }};
 
@@ -135,15 +135,15 @@ constexpr const char* forward_op = "{namespace}::newton";
 constexpr const char* backward_op = "{namespace}::newton_backward";
 
 template <paraseq::CompiledNewtonModes Modes, class Space>
-void forward_family(const paraseq::torch_bridge::NewtonTensors& tensors, const paraseq::NewtonConfig& config,
+void forward_family(const paraseq::torch_bridge::NewtonArrays& arrays, const paraseq::NewtonConfig& config,
                     const Space& space) {{
-  paraseq::torch_bridge::newton_forward_on<MakeUserCell, T, Modes>(forward_op, tensors, config, space);
+  paraseq::torch_bridge::newton_forward_on<MakeUserCell, T, Modes>(forward_op, arrays, config, space);
 }}
 
 template <paraseq::CompiledNewtonModes Modes, class Space>
-void backward_family(const paraseq::torch_bridge::NewtonTensors& tensors, const paraseq::NewtonConfig& config,
+void backward_family(const paraseq::torch_bridge::NewtonArrays& arrays, const paraseq::NewtonConfig& config,
                      const Space& space) {{
-  paraseq::torch_bridge::newton_gradients_on<MakeUserCell, T, Modes>(backward_op, tensors, config, space);
+  paraseq::torch_bridge::newton_gradients_on<MakeUserCell, T, Modes>(arrays, config, space);
 }}
 
 }} // namespace {namespace}
@@ -152,6 +152,7 @@ void backward_family(const paraseq::torch_bridge::NewtonTensors& tensors, const 
 // torch.ops.{namespace}.newton and .newton_backward (newton_solve and newton_backward) for its
 // {structure} Jacobian, {scalar}, on the CPU and, where Kokkos has CUDA, on CUDA.
 #include "{namespace}.hpp"
+#include "tensors.hpp"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -165,48 +166,48 @@ namespace {namespace} {{
 // family on CUDA in a unit of its own: the mode is chosen here and its family's unit runs it. On the
 // host one instance compiles every family.
 template <class Space>
-void run_forward(const paraseq::torch_bridge::NewtonTensors& tensors, const paraseq::NewtonConfig& config,
+void run_forward(const paraseq::torch_bridge::NewtonArrays& arrays, const paraseq::NewtonConfig& config,
                  const Space& space) {{
   using paraseq::CompiledNewtonModes;
   using structure = typename Cell::structure;
   if constexpr (!std::is_same_v<Space, paraseq::torch_bridge::HostSpace>) {{
     paraseq::NewtonConfig chosen = config;
-    chosen.mode = paraseq::torch_bridge::newton_mode_on<MakeUserCell, T>(forward_op, tensors, config, space);
+    chosen.mode = paraseq::torch_bridge::newton_mode_on<MakeUserCell, T>(arrays, config, space);
     const CompiledNewtonModes family = paraseq::detail::kernel_family<structure>(chosen.mode, chosen.jacobian);
-    if (family == CompiledNewtonModes::sequential) forward_family<CompiledNewtonModes::sequential>(tensors, chosen, space);
-    else if (family == CompiledNewtonModes::fused) forward_family<CompiledNewtonModes::fused>(tensors, chosen, space);
-    else if (family == CompiledNewtonModes::one_pass) forward_family<CompiledNewtonModes::one_pass>(tensors, chosen, space);
+    if (family == CompiledNewtonModes::sequential) forward_family<CompiledNewtonModes::sequential>(arrays, chosen, space);
+    else if (family == CompiledNewtonModes::fused) forward_family<CompiledNewtonModes::fused>(arrays, chosen, space);
+    else if (family == CompiledNewtonModes::one_pass) forward_family<CompiledNewtonModes::one_pass>(arrays, chosen, space);
     else if constexpr (!std::is_same_v<structure, paraseq::Diagonal>) {{
-      if (family == CompiledNewtonModes::newton_quasi) forward_family<CompiledNewtonModes::newton_quasi>(tensors, chosen, space);
-      else forward_family<CompiledNewtonModes::newton>(tensors, chosen, space);
+      if (family == CompiledNewtonModes::newton_quasi) forward_family<CompiledNewtonModes::newton_quasi>(arrays, chosen, space);
+      else forward_family<CompiledNewtonModes::newton>(arrays, chosen, space);
     }} else {{
-      forward_family<CompiledNewtonModes::newton>(tensors, chosen, space);
+      forward_family<CompiledNewtonModes::newton>(arrays, chosen, space);
     }}
   }} else {{
-    forward_family<CompiledNewtonModes::all>(tensors, config, space);
+    forward_family<CompiledNewtonModes::all>(arrays, config, space);
   }}
 }}
 
 // The backward's config is the default: the automatic mode, as for the built-in cells.
 template <class Space>
-void run_backward(const paraseq::torch_bridge::NewtonTensors& tensors, const Space& space) {{
+void run_backward(const paraseq::torch_bridge::NewtonArrays& arrays, const Space& space) {{
   using paraseq::CompiledNewtonModes;
   const paraseq::NewtonConfig config;
   if constexpr (!std::is_same_v<Space, paraseq::torch_bridge::HostSpace>) {{
     paraseq::NewtonConfig chosen = config;
-    chosen.mode = paraseq::torch_bridge::newton_mode_on<MakeUserCell, T>(backward_op, tensors, config, space);
+    chosen.mode = paraseq::torch_bridge::newton_mode_on<MakeUserCell, T>(arrays, config, space);
     if (chosen.mode == paraseq::NewtonMode::newton)
-      backward_family<CompiledNewtonModes::newton | CompiledNewtonModes::newton_quasi>(tensors, chosen, space);
-    else if (chosen.mode == paraseq::NewtonMode::one_pass) backward_family<CompiledNewtonModes::one_pass>(tensors, chosen, space);
-    else backward_family<CompiledNewtonModes::fused | CompiledNewtonModes::sequential>(tensors, chosen, space);
+      backward_family<CompiledNewtonModes::newton | CompiledNewtonModes::newton_quasi>(arrays, chosen, space);
+    else if (chosen.mode == paraseq::NewtonMode::one_pass) backward_family<CompiledNewtonModes::one_pass>(arrays, chosen, space);
+    else backward_family<CompiledNewtonModes::fused | CompiledNewtonModes::sequential>(arrays, chosen, space);
   }} else {{
-    backward_family<CompiledNewtonModes::all>(tensors, config, space);
+    backward_family<CompiledNewtonModes::all>(arrays, config, space);
   }}
 }}
 
 // The groups of a call: u [B, T, groups x inputs], params [groups, max_params_per_group] and h0
 // [B, groups x group_size], all of this extension's type on one device (the CPU, or CUDA where
-// Kokkos has it: with_space names any other).
+// Kokkos has it: place_of names any other).
 int64_t checked_groups(const char* op, const at::Tensor& u, const at::Tensor& params,
                        const std::optional<at::Tensor>& h0) {{
   using namespace paraseq::torch_bridge;
@@ -243,14 +244,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> newton(const at::Tensor& u, const
                                                       bool with_residual) {{
   using namespace paraseq::torch_bridge;
   const int64_t groups = checked_groups(forward_op, u, params, h0);
-  const paraseq::NewtonConfig solver_config = newton_config_from_list(forward_op, config);
-  NewtonTensors tensors;
-  tensors.u = prepared(u), tensors.params = {{prepared(params)}}, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
-  tensors.h = at::empty({{u.size(0), u.size(1), groups * Cell::group_size}}, tensors.u.options());
-  tensors.residual = at::empty({{with_residual ? u.size(0) : 0}}, u.options().dtype(at::kDouble));
-  tensors.stats = at::empty({{with_residual ? 2 : 0}}, u.options().dtype(at::kLong));
-  with_space(forward_op, tensors.u, [&](const auto& space) {{ run_forward(tensors, solver_config, space); }});
-  return {{tensors.h, tensors.residual, tensors.stats}};
+  const Place place = place_of(forward_op, u);
+  const at::Tensor u_c = prepared(u), params_c = prepared(params);
+  // A cell of one's own is solved from a given h0 (newton_solve.hpp).
+  const at::Tensor h0_c = h0 ? prepared(*h0) : at::zeros({{u.size(0), groups * Cell::group_size}}, u_c.options());
+  const at::Tensor h = at::empty({{u.size(0), u.size(1), groups * Cell::group_size}}, u_c.options());
+  const at::Tensor residual = at::empty({{with_residual ? u.size(0) : 0}}, u.options().dtype(at::kDouble));
+  const at::Tensor stats = at::empty({{with_residual ? 2 : 0}}, u.options().dtype(at::kLong));
+  NewtonArrays arrays;
+  arrays.u = array_of(u_c), arrays.params = {{array_of(params_c)}}, arrays.h0 = array_of(h0_c);
+  arrays.h = array_of(h), arrays.residual = array_of(residual), arrays.stats = array_of(stats);
+  translate_errors([&] {{
+    const paraseq::NewtonConfig solver_config =
+        newton_config_from_list(forward_op, PackedNewtonConfig(config.begin(), config.end()));
+    with_space(forward_op, place, [&](const auto& space) {{ run_forward(arrays, solver_config, space); }});
+  }});
+  return {{h, residual, stats}};
 }}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> newton_backward(const at::Tensor& u, const at::Tensor& params,
@@ -260,17 +269,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> newton_backward(const at::Tensor&
   const int64_t groups = checked_groups(backward_op, u, params, h0);
   check_states("h", h, u, groups * Cell::group_size);
   check_states("grad_h", grad_h, u, groups * Cell::group_size);
-  NewtonTensors tensors;
-  tensors.u = prepared(u), tensors.params = {{prepared(params)}}, tensors.h0 = h0 ? prepared(*h0) : at::Tensor();
-  tensors.h = prepared(h), tensors.grad_h = prepared(grad_h);
-  tensors.du = at::empty(u.sizes(), tensors.u.options());
-  tensors.dparams = at::empty({{groups * Cell::params}}, tensors.u.options());
-  tensors.dh0 = at::empty({{u.size(0), groups * Cell::group_size}}, tensors.u.options());
-  with_space(backward_op, tensors.u, [&](const auto& space) {{ run_backward(tensors, space); }});
+  const Place place = place_of(backward_op, u);
+  const at::Tensor u_c = prepared(u), params_c = prepared(params);
+  const at::Tensor h0_c = h0 ? prepared(*h0) : at::zeros({{u.size(0), groups * Cell::group_size}}, u_c.options());
+  const at::Tensor h_c = prepared(h), grad_h_c = prepared(grad_h);
+  const at::Tensor du = at::empty(u.sizes(), u_c.options());
+  const at::Tensor dparams = at::empty({{groups * Cell::params}}, u_c.options());
+  const at::Tensor dh0 = at::empty({{u.size(0), groups * Cell::group_size}}, u_c.options());
+  NewtonArrays arrays;
+  arrays.u = array_of(u_c), arrays.params = {{array_of(params_c)}}, arrays.h0 = array_of(h0_c);
+  arrays.h = array_of(h_c), arrays.grad_h = array_of(grad_h_c);
+  arrays.du = array_of(du), arrays.dparams = array_of(dparams), arrays.dh0 = array_of(dh0);
+  translate_errors([&] {{
+    with_space(backward_op, place, [&](const auto& space) {{ run_backward(arrays, space); }});
+  }});
   // The parameters' gradient has their shape; a cell without parameters has one unused slot per group.
-  at::Tensor dparams = Cell::params > 0 ? tensors.dparams.view({{groups, Cell::params}})
-                                        : at::zeros({{groups, 1}}, tensors.u.options());
-  return {{tensors.du, dparams, tensors.dh0}};
+  return {{du, Cell::params > 0 ? dparams.view({{groups, Cell::params}}) : at::zeros({{groups, 1}}, u_c.options()), dh0}};
 }}
 
 }} // namespace {namespace}

@@ -138,7 +138,7 @@ class NewtonConfig:
 
     def _operator_config(self, eager: bool) -> list[float]:
         """The config as the Newton operators' ``float[] config`` argument, layout version 2
-        (src/adapters/torch/newton_ops.hpp): [version, max_iters, omega, residual_atol,
+        (src/adapters/torch/work.hpp): [version, max_iters, omega, residual_atol,
         residual_fail, picard_iters, picard_adapt, scan_backend, jacobian], None as -1,
         picard_adapt as 0 or 1, scan_backend as its index in SCAN_BACKENDS, jacobian as its index
         in JACOBIANS.

@@ -1,9 +1,10 @@
 #pragma once
-// The device kernels of the paraseq operators, one source file each (scan_ops.cpp, newton_ops.cpp,
-// odeint_forward.cpp, odeint_backward.cpp), and the runtime's functions (runtime.cpp). library.cpp
-// registers every one of them for the CPU and, when Kokkos has CUDA, for CUDA: each runs on the
-// space of its tensors' device. This header includes PyTorch alone, no Kokkos, so that library.cpp
-// compiles with the C++ compiler also where the kernels' units are CUDA.
+// The kernels of the paraseq operators, the PyTorch half of each (work.hpp): scan_ops.cpp,
+// newton_ops.cpp, odeint_forward.cpp, odeint_backward.cpp, with the runtime's functions of
+// work.hpp. library.cpp registers every one of them for the CPU and, when Kokkos has CUDA, for
+// CUDA: each runs on the space of its tensors' device. No Kokkos header (see work.hpp).
+
+#include "work.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
@@ -15,18 +16,10 @@
 
 namespace paraseq::torch_bridge {
 
-// Kokkos' own description of its version, backends and build options (python -m paraseq.info).
-std::string kokkos_configuration();
-
-// paraseq's cached temporaries (core/workspace.hpp): the bytes they hold in every memory space, and
-// their release (paraseq.workspace_bytes, paraseq.release_workspace).
-int64_t workspace_bytes();
-void release_workspace();
-
 at::Tensor linear_scan(const at::Tensor& A, const at::Tensor& b, const std::optional<at::Tensor>& h0,
                        const std::string& structure, bool reverse);
 
-// config: the packed NewtonConfig of the schema (newton_ops.hpp, newton_config_from_list).
+// config: the packed NewtonConfig of the schema (work.hpp, PackedNewtonConfig).
 // Returns (h, residual, stats), as the schema in library.cpp describes.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> para_gru(const at::Tensor& u, const at::Tensor& a,
                                                         const std::optional<at::Tensor>& h0, c10::ArrayRef<double> config,

@@ -1,7 +1,7 @@
 // The operators of the paraseq namespace: their schemas, and their kernels (kernels.hpp) for the
 // CPU and, when Kokkos has CUDA, for CUDA. Autograd kernels: autograd.cpp; fake kernels: python/paraseq/_ops.py.
-// This unit includes no Kokkos header, so that the C++ compiler builds it also where the kernels'
-// units are CUDA: CMake defines PARASEQ_TORCH_CUDA_KERNELS when Kokkos has CUDA.
+// Part of the operators' PyTorch half (work.hpp): the C++ compiler builds it also where Kokkos has
+// CUDA, and CMake then defines PARASEQ_TORCH_CUDA_KERNELS.
 #include "kernels.hpp"
 
 #include <torch/library.h>
@@ -12,7 +12,7 @@ TORCH_LIBRARY(paraseq, m) {
   m.def("linear_scan(Tensor A, Tensor b, Tensor? h0, str structure, bool reverse) -> Tensor");
   // Newton solves of ParaGRU (state [B,T,H]) and ParaLSTM (state [B,T,2H], channels (c, h) interleaved)
   // from pre-projected inputs u [B,T,3H]. config: the solver settings packed in one list,
-  // paraseq.NewtonConfig's layout (newton_ops.hpp, newton_config_from_list). residual: max |F| per
+  // paraseq.NewtonConfig's layout (work.hpp, PackedNewtonConfig). residual: max |F| per
   // batch element ([B], float64) when with_residual, else empty; stats: [2] int64 on u's device
   // when with_residual, else empty: the Newton iterations run (the fused mode's most over its
   // windows) and the mode that ran as its scan_backend index (1 newton, 2 fused, 3 sequential).

@@ -1,4 +1,6 @@
-// paraseq::odeint_backward: the discrete adjoint of paraseq::odeint through the steps it took.
+// paraseq::odeint_backward: the discrete adjoint of paraseq::odeint through the steps it took. The
+// PyTorch half (work.hpp); the work, integrate_adjoint for each built-in field and method:
+// odeint_integrate.hpp.
 #include "kernels.hpp"
 #include "odeint_checks.hpp"
 
@@ -17,10 +19,13 @@ odeint_backward(const std::string& field, const at::Tensor& y0, const at::Tensor
   const OdeintArgs args{field, y0, t, params, shared, mlp_hidden, method, step_size, rtol, atol, max_steps};
   return run_odeint_backward(
       backward_op, args, grad_y,
-      [&](const std::vector<double>& times, const OdeintTensors& tensors) {
-        with_name_index(backward_op, "field", field_names, field, [&](auto f) {
-          with_name_index(backward_op, "method", method_names, method, [&](auto m) {
-            integrate_adjoint<decltype(f)::value, decltype(m)::value>(backward_op, args, times, tensors);
+      [&](const Place& place, const OdeintSettings& settings, const std::vector<double>& times, const OdeintArrays& arrays) {
+        with_name_index(backward_op, "field", odeint_field_names, field, [&](auto f) {
+          with_name_index(backward_op, "method", odeint_method_names, method, [&](auto m) {
+            dispatch_float(compute_dtype(y0.scalar_type()), [&](auto zero) {
+              integrate_adjoint<decltype(f)::value, decltype(m)::value, decltype(zero)>(backward_op, place, settings,
+                                                                                        times, arrays);
+            });
           });
         });
       },

@@ -1,5 +1,6 @@
 // paraseq::odeint: the states at the times t, [N, len(t), n]; paraseq::odeint_with_steps: the same
-// and each trajectory's accepted steps, for odeint_backward.
+// and each trajectory's accepted steps, for odeint_backward. The PyTorch half (work.hpp); the work,
+// integrate for each built-in field and method: odeint_integrate.hpp.
 #include "kernels.hpp"
 #include "odeint_checks.hpp"
 
@@ -9,19 +10,21 @@ namespace {
 constexpr const char* odeint_op = "paraseq::odeint";
 constexpr const char* odeint_with_steps_op = "paraseq::odeint_with_steps";
 
-static_assert(std::tuple_size_v<BuiltinFields> == PARASEQ_ODEINT_FIELD_COUNT &&
-                  std::tuple_size_v<BuiltinMethods> == PARASEQ_ODEINT_METHOD_COUNT,
+static_assert(std::size(odeint_field_names) == PARASEQ_ODEINT_FIELD_COUNT &&
+                  std::size(odeint_method_names) == PARASEQ_ODEINT_METHOD_COUNT,
               "src/adapters/torch/CMakeLists.txt instantiates PARASEQ_ODEINT_FIELD_COUNT fields and "
-              "PARASEQ_ODEINT_METHOD_COUNT methods: keep them equal to the lists in odeint.hpp");
+              "PARASEQ_ODEINT_METHOD_COUNT methods: keep them equal to the lists in work.hpp");
 
 // Both operators: with `accepted`, each trajectory's accepted steps there too.
 at::Tensor run_builtin(const char* op, const OdeintArgs& args, at::Tensor* accepted) {
   return run_odeint(
       op, args,
-      [&](const std::vector<double>& times, const OdeintTensors& tensors) {
-        with_name_index(op, "field", field_names, args.field, [&](auto f) {
-          with_name_index(op, "method", method_names, args.method, [&](auto m) {
-            integrate<decltype(f)::value, decltype(m)::value>(op, args, times, tensors);
+      [&](const Place& place, const OdeintSettings& settings, const std::vector<double>& times, const OdeintArrays& arrays) {
+        with_name_index(op, "field", odeint_field_names, args.field, [&](auto f) {
+          with_name_index(op, "method", odeint_method_names, args.method, [&](auto m) {
+            dispatch_float(compute_dtype(args.y0.scalar_type()), [&](auto zero) {
+              integrate<decltype(f)::value, decltype(m)::value, decltype(zero)>(op, place, settings, times, arrays);
+            });
           });
         });
       },

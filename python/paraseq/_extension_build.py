@@ -1,14 +1,17 @@
 """Compiling, caching and loading the generated extensions of the compiled paths (odeint's functions
 of your own: _compiled_odeint.py; newton_apply's cells of your own: _compiled_cell.py).
 
-An extension is one generated C++ translation unit with its operators in a namespace of its own
-(torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>). It links against the loaded
+An extension is generated C++ with its operators in a namespace of its own
+(torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>): one translation unit, or where
+Kokkos has CUDA several, compiled side by side. It links against the loaded
 libparaseq_torch.so, so Kokkos is initialised once (ensure_kokkos) and is the same Kokkos, and
 compiles with the headers and Kokkos that libparaseq_torch.build.json next to the library names
 (CMake writes it; a source tree without one uses its src/, its cmake/paraseqInstances.cmake and the
-loaded libkokkoscore). With a CUDA Kokkos an extension is a CUDA source compiled by nvcc (the
-library's CUDA compiler, host compiler and architectures) and has CPU and CUDA kernels; otherwise a
-C++ source with CPU kernels.
+loaded libkokkoscore). With a CUDA Kokkos an extension's work (every unit that includes Kokkos) is
+CUDA compiled by nvcc (the library's CUDA compiler, host compiler and architectures), its
+operators' PyTorch half (a ".cpp" unit that includes no Kokkos header: src/adapters/torch/work.hpp)
+is compiled by the C++ compiler, and it has CPU and CUDA kernels; otherwise it is one C++ source
+with CPU kernels.
 
 Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
 generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
@@ -123,6 +126,10 @@ class BuildSettings(NamedTuple):
     cuda: bool  # Kokkos has CUDA: the extensions are CUDA sources (nvcc) with CPU and CUDA kernels
     suffix: str  # of a generated source: ".cu" for nvcc, ".cpp" otherwise
     device_scan_kernels: tuple  # the ordered-scan kernel tags whose device instances have units of their own
+    # A ".cpp" unit of a CUDA build (the operators' PyTorch half, which includes no Kokkos header)
+    # compiles with the C++ compiler and these flags; otherwise they are compiler and compile_flags.
+    cxx_compiler: str
+    cxx_flags: list
 
 
 _CUDA_ARCHITECTURE = re.compile(r"#define\s+KOKKOS_ARCH_(?:KEPLER|MAXWELL|PASCAL|VOLTA|TURING|AMPERE|ADA|HOPPER|BLACKWELL)"
@@ -168,17 +175,17 @@ def build_settings() -> BuildSettings:
         raise BuildUnavailable("KokkosCore_config.h was not found in " + ", ".join(description["include_dirs"]))
     kokkos = kokkos_config.read_text()
     cuda = "#define KOKKOS_ENABLE_CUDA" in kokkos
-    if cuda:  # Kokkos' headers then need nvcc in every unit
+    cxx_compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
+    if not cxx_compiler or not shutil.which(cxx_compiler):
+        raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {cxx_compiler or 'c++ and g++'})")
+    # The library's Release level: at -O2 g++ left a user function's RK4 loop 1.45x slower than the
+    # built-in field's (docs/torch.md).
+    cxx_language_flags = ["-std=c++20", "-O3", "-fPIC", "-DNDEBUG"]
+    if cuda:  # Kokkos' headers then need nvcc in every unit that includes them
         compiler, language_flags = _cuda_settings(description, kokkos)
     else:
-        compiler = os.environ.get("CXX") or description.get("cxx_compiler") or shutil.which("c++") or shutil.which("g++")
-        if not compiler or not shutil.which(compiler):
-            raise BuildUnavailable(f"no C++ compiler was found (set CXX; tried {compiler or 'c++ and g++'})")
-        # The library's Release level: at -O2 g++ left a user function's RK4 loop 1.45x slower than
-        # the built-in field's (docs/torch.md).
-        language_flags = ["-std=c++20", "-O3", "-fPIC", "-DNDEBUG"]
-        if "#define KOKKOS_ENABLE_OPENMP" in kokkos:
-            language_flags.append("-fopenmp")
+        compiler = cxx_compiler
+        language_flags = cxx_language_flags + (["-fopenmp"] if "#define KOKKOS_ENABLE_OPENMP" in kokkos else [])
     version = re.search(r"#define\s+KOKKOS_VERSION\s+(\d+)", kokkos)
     from torch.utils import cpp_extension
     include = cache_dir() / "include"  # <paraseq/...> resolves to the source directory
@@ -196,11 +203,12 @@ def build_settings() -> BuildSettings:
         temporary = config.with_name(f"config.hpp.{os.getpid()}")
         temporary.write_text(EXTENSION_CONFIG)
         os.replace(temporary, config)
-    compile_flags = [*language_flags, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-                     f"-I{include}", f"-I{generated}", f"-I{source / 'adapters' / 'torch'}"]
-    compile_flags += [f"-I{d}" for d in description["include_dirs"]]
-    compile_flags += [flag for d in cpp_extension.include_paths() for flag in ("-isystem", d)]
+    common_flags = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                    f"-I{include}", f"-I{generated}", f"-I{source / 'adapters' / 'torch'}"]
+    torch_includes = [flag for d in cpp_extension.include_paths() for flag in ("-isystem", d)]
+    compile_flags = [*language_flags, *common_flags, *(f"-I{d}" for d in description["include_dirs"]), *torch_includes]
     compile_flags += [f"-D{d}" for d in description["compile_definitions"]] + list(description["compile_options"])
+    cxx_flags = [*cxx_language_flags, *common_flags, *torch_includes] if cuda else compile_flags
     torch_lib = cpp_extension.library_paths()[0]
     paraseq_lib = Path(_library.LIBRARY_PATH).resolve()
     run_paths = [torch_lib, paraseq_lib.parent, *(Path(lib).parent for lib in description["link_libraries"] if "/" in lib)]
@@ -210,7 +218,8 @@ def build_settings() -> BuildSettings:
     link_flags = ["-shared", *libraries, f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
     for directory in run_paths:  # nvcc hands -Xlinker's value to the host linker, as g++ does -Wl's
         link_flags += ["-Xlinker", f"-rpath,{directory}"] if cuda else [f"-Wl,-rpath,{directory}"]
-    compiler_version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    compiler_version = "; ".join(subprocess.run([c, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+                                 for c in dict.fromkeys([compiler, cxx_compiler]))
     headers = hashlib.sha256()
     for path in sorted(source.rglob("*.hpp")):
         headers.update(path.read_bytes())
@@ -221,17 +230,17 @@ def build_settings() -> BuildSettings:
     depends = json.dumps({"paraseq": paraseq_version, "torch": torch.__version__, "python": sys.version.split()[0],
                           "kokkos": version.group(1) if version else kokkos_config.as_posix(),
                           "compiler": compiler_version, "headers": headers.hexdigest(),
-                          "flags": compile_flags + link_flags})
+                          "flags": compile_flags + cxx_flags + link_flags})
     # A description written before it named them: the family units compile those kernels too.
     scan_kernels = tuple(description.get("device_scan_kernels", ()))
     return BuildSettings(compiler, compile_flags, link_flags, depends, source, cuda, ".cu" if cuda else ".cpp",
-                         scan_kernels)
+                         scan_kernels, cxx_compiler, cxx_flags)
 
 
 def require_device(device_type: str, argument: str) -> None:
     """Raises BuildUnavailable unless the extensions run on device_type: the CPU, and CUDA where
-    Kokkos has it. (Every extension of a CUDA build, also one for CPU tensors, is compiled by nvcc:
-    its first use took 21-65 s on H100 machines' hosts, 2026-12-05 and 2026-12-06, docs/torch.md.)"""
+    Kokkos has it. (Every extension of a CUDA build, also one for CPU tensors, compiles its work with
+    nvcc: its first use took 21-65 s on H100 machines' hosts, 2026-12-05 and 2026-12-06, docs/torch.md.)"""
     cuda = build_settings().cuda
     if device_type not in ("cpu", "cuda") or (device_type == "cuda" and not cuda):
         raise BuildUnavailable(f"the extensions of this build run on the CPU{' and CUDA' if cuda else ''} only, and "
@@ -259,9 +268,13 @@ def _compile(function, settings, units, library_path):
                                                            "-o", str(temporary), *settings.link_flags], units[0])}
         else:
             objects = [unit.with_name(f"{unit.name}.{os.getpid()}.o") for unit in units]
+            def command(unit):  # a CUDA build's ".cpp" unit includes PyTorch and no Kokkos: the C++ compiler
+                if settings.cuda and unit.suffix == ".cpp":
+                    return [settings.cxx_compiler, *settings.cxx_flags]
+                return [settings.compiler, *settings.compile_flags]
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
-                compiles = [pool.submit(_run, function, [settings.compiler, *settings.compile_flags, "-c", str(unit),
-                                                         "-o", str(obj)], unit) for unit, obj in zip(units, objects)]
+                compiles = [pool.submit(_run, function, [*command(unit), "-c", str(unit), "-o", str(obj)], unit)
+                            for unit, obj in zip(units, objects)]
                 unit_seconds = {unit.name: compile.result() for unit, compile in zip(units, compiles)}
             unit_seconds["(link)"] = _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary),
                                                      *settings.link_flags], units[0])

@@ -660,14 +660,19 @@ def test_a_second_eager_call_does_not_trace_the_step_again(monkeypatch):
 @pytest.mark.parametrize("structure", ["diag", "block2", "dense"])
 def test_each_extern_piece_of_a_cuda_extension_is_defined_in_exactly_one_of_its_units(structure):
     """A CUDA build's extension (generated here without compiling) splits its solves into units:
-    every piece the shared header and the operators' unit declare extern, and nothing else, is
-    explicitly instantiated by exactly one unit, so the link has each piece once."""
+    every piece the shared header and the work's unit declare extern, and nothing else, is
+    explicitly instantiated by exactly one unit, so the link has each piece once; the operators'
+    PyTorch half is a unit of its own for the C++ compiler, which includes no Kokkos header."""
     tags = _extension_build.build_settings().device_scan_kernels
     files = _compiled_cell._extension_sources("ns", "", structure, torch.float64, True, ".cu", tags)
-    declared = [line.removeprefix("extern ") for text in (files["ns.hpp"], files["ns.cu"])
+    declared = [line.removeprefix("extern ") for text in (files["ns.hpp"], files["ns_work.cu"])
                 for line in text.splitlines() if line.startswith("extern template")]
-    defined = [line for name, text in files.items() if name not in ("ns.hpp", "ns.cu")
+    defined = [line for name, text in files.items() if name not in ("ns.hpp", "ns_work.cu")
                for line in text.splitlines() if line.startswith("template ")]
+    included = [line for line in files["ns.cpp"].splitlines() if line.startswith("#include")]
+    assert included == ['#include "ns_work.hpp"', '#include "tensors.hpp"', "#include <ATen/ops/empty.h>",
+                        "#include <ATen/ops/zeros.h>", "#include <torch/library.h>"]
+    assert [line for line in files["ns_work.hpp"].splitlines() if line.startswith("#include")] == ['#include "work.hpp"']
     assert sorted(declared) == sorted(defined) and len(set(defined)) == len(defined)
     scan_kernels = [line for line in defined if "ScanKernel" in line]
     assert len(scan_kernels) == len(tags) * (2 if structure == "diag" else 3)  # each kernel of each scan

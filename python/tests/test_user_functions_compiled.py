@@ -452,3 +452,22 @@ def test_the_trace_is_memoised_until_something_it_reads_changes(monkeypatch):
     listed = lambda t, y: -rates[0] * y  # noqa: E731 - a list's contents are not keyed
     assert choose(listed) == "paraseq_user_7"
     assert choose(listed) == "paraseq_user_8"
+
+
+def test_a_cuda_extensions_pytorch_half_is_a_unit_of_its_own_and_each_extern_piece_is_defined_once():
+    """A CUDA build's extension (generated here without compiling) compiles its PyTorch half with
+    the C++ compiler, in a unit that includes no Kokkos header, and its work with nvcc: the forward
+    and the adjoint on each space in units of their own, each defined once for what the work declares
+    extern."""
+    files = _compiled_odeint._extension_sources("ns", "", [0], "rk4", DOUBLE, True, ".cu")
+    assert sorted(files) == ["ns.cpp", "ns.hpp", "ns_adjoint_cuda.cu", "ns_adjoint_host.cu", "ns_forward_cuda.cu",
+                             "ns_forward_host.cu", "ns_work.cu", "ns_work.hpp"]
+    includes = {name: [line for line in text.splitlines() if line.startswith("#include")] for name, text in files.items()}
+    assert includes["ns.cpp"] == ['#include "ns_work.hpp"', '#include "odeint_checks.hpp"', "#include <torch/library.h>"]
+    assert includes["ns_work.hpp"] == ['#include "work.hpp"']
+    declared = [line.removeprefix("extern ") for line in files["ns_work.cu"].splitlines() if line.startswith("extern template")]
+    defined = [line for name, text in files.items() if name != "ns_work.cu"
+               for line in text.splitlines() if line.startswith("template void")]
+    assert len(declared) == 4 and sorted(declared) == sorted(defined)
+    one_unit = _compiled_odeint._extension_sources("ns", "", [0], "rk4", DOUBLE, False, ".cpp")
+    assert sorted(one_unit) == ["ns.cpp", "ns.hpp", "ns_work.hpp"] and "TORCH_LIBRARY_IMPL(ns, CUDA" not in one_unit["ns.cpp"]

@@ -109,7 +109,7 @@ void newton_gradients(const char* op, const Place& place, const NewtonArrays& ar
 
 // ---- odeint (odeint_integrate.hpp, generated units of three fields per direction) ----
 
-// The built-in fields and methods by operator name, in the order of odeint.hpp's type lists
+// The built-in fields and methods by operator name, in the order of odeint_integrate.hpp's type lists
 // (which it asserts), and the MLP's most hidden units (ode::Mlp::max_hidden).
 inline constexpr const char* odeint_field_names[] = {"damped_oscillator", "lotka_volterra", "sir",
                                                      "linear_shared",     "linear_own",     "mlp"};

@@ -2,16 +2,16 @@
 of your own: _compiled_odeint.py; newton_apply's cells of your own: _compiled_cell.py).
 
 An extension is generated C++ with its operators in a namespace of its own
-(torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>): one translation unit, or where
-Kokkos has CUDA several, compiled side by side. It links against the loaded
+(torch.ops.paraseq_user_<hash>, torch.ops.paraseq_cell_<hash>): its work and its operators'
+PyTorch half (and where Kokkos has CUDA, more units of the work), compiled side by side. It links against the loaded
 libparaseq_torch.so, so Kokkos is initialised once (ensure_kokkos) and is the same Kokkos, and
 compiles with the headers and Kokkos that libparaseq_torch.build.json next to the library names
 (CMake writes it; a source tree without one uses its src/, its cmake/paraseqInstances.cmake and the
 loaded libkokkoscore). With a CUDA Kokkos an extension's work (every unit that includes Kokkos) is
 CUDA compiled by nvcc (the library's CUDA compiler, host compiler and architectures), its
 operators' PyTorch half (a ".cpp" unit that includes no Kokkos header: src/adapters/torch/work.hpp)
-is compiled by the C++ compiler, and it has CPU and CUDA kernels; otherwise it is one C++ source
-with CPU kernels.
+is compiled by the C++ compiler, and it has CPU and CUDA kernels; otherwise both are C++ with CPU
+kernels.
 
 Extensions are cached on disk under $PARASEQ_CACHE_DIR (default ~/.cache/paraseq), keyed by the
 generated source and the versions of paraseq, torch, Kokkos, the compiler and a digest of
@@ -216,6 +216,8 @@ def build_settings() -> BuildSettings:
     if cuda:  # nvcc refuses a file it does not know by its suffix (libkokkoscore.so.4.6.99): hand paths to the linker
         libraries = [flag for lib in libraries for flag in (("-Xlinker", lib) if "/" in lib else (lib,))]
     link_flags = ["-shared", *libraries, f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
+    if not cuda and "-fopenmp" in language_flags:  # the units' OpenMP runtime, as a compile-and-link would add
+        link_flags.append("-fopenmp")
     for directory in run_paths:  # nvcc hands -Xlinker's value to the host linker, as g++ does -Wl's
         link_flags += ["-Xlinker", f"-rpath,{directory}"] if cuda else [f"-Wl,-rpath,{directory}"]
     compiler_version = "; ".join(subprocess.run([c, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
@@ -258,31 +260,29 @@ def _run(function, command, source_path):
 
 
 def _compile(function, settings, units, library_path):
-    """Compiles the units (source paths) into library_path: one compile-and-link for one unit, else
-    the units side by side (one process per core) and one link."""
+    """Compiles the units (source paths) side by side (one process per core) into library_path, then
+    links them."""
     temporary = library_path.with_name(f"{library_path.name}.{os.getpid()}.tmp")
     started = time.perf_counter()
+    objects = [unit.with_name(f"{unit.name}.{os.getpid()}.o") for unit in units]
+
+    def command(unit):  # a CUDA build's ".cpp" unit includes PyTorch and no Kokkos: the C++ compiler
+        if settings.cuda and unit.suffix == ".cpp":
+            return [settings.cxx_compiler, *settings.cxx_flags]
+        return [settings.compiler, *settings.compile_flags]
     try:
-        if len(units) == 1:
-            unit_seconds = {units[0].name: _run(function, [settings.compiler, *settings.compile_flags, str(units[0]),
-                                                           "-o", str(temporary), *settings.link_flags], units[0])}
-        else:
-            objects = [unit.with_name(f"{unit.name}.{os.getpid()}.o") for unit in units]
-            def command(unit):  # a CUDA build's ".cpp" unit includes PyTorch and no Kokkos: the C++ compiler
-                if settings.cuda and unit.suffix == ".cpp":
-                    return [settings.cxx_compiler, *settings.cxx_flags]
-                return [settings.compiler, *settings.compile_flags]
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
-                compiles = [pool.submit(_run, function, [*command(unit), "-c", str(unit), "-o", str(obj)], unit)
-                            for unit, obj in zip(units, objects)]
-                unit_seconds = {unit.name: compile.result() for unit, compile in zip(units, compiles)}
-            unit_seconds["(link)"] = _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary),
-                                                     *settings.link_flags], units[0])
-            for obj in objects:
-                obj.unlink(missing_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
+            compiles = [pool.submit(_run, function, [*command(unit), "-c", str(unit), "-o", str(obj)], unit)
+                        for unit, obj in zip(units, objects)]
+            unit_seconds = {unit.name: compile.result() for unit, compile in zip(units, compiles)}
+        unit_seconds["(link)"] = _run(function, [settings.compiler, *map(str, objects), "-o", str(temporary),
+                                                 *settings.link_flags], units[0])
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    finally:
+        for obj in objects:
+            obj.unlink(missing_ok=True)
     os.replace(temporary, library_path)
     statistics["compiles"] += 1
     statistics["last_compile_seconds"] = time.perf_counter() - started
